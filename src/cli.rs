@@ -1,0 +1,208 @@
+//! Command-line parsing, in the shape FUSE users know:
+//! `sessionfs [OPTIONS] STORE MOUNTPOINT`, with `-o opt[,opt]`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub const USAGE: &str = "\
+Usage: sessionfs [OPTIONS] STORE MOUNTPOINT
+
+Mount a DeepSeek Harness session store (a directory of session.jsonl /
+session.jsonl.zstd logs, or an SQLite sessions database) as a read-only tree:
+one directory per session with header.json, events/, surface.jsonl,
+transcript.md, index.jsonl and the fork and flush control files.
+
+Options:
+  -f, --foreground        stay in the foreground (default: detach once mounted)
+  -d, --debug             log debug messages to stderr (implies -f)
+  -r, --read-only         refuse writes to the control files (same as -o ro)
+      --allow-other       let other users use the mount (same as -o allow_other)
+      --grace SECONDS     quiet time before an open turn is shown repaired (default 10)
+  -o OPT[,OPT...]         mount options:
+                            ro, rw, allow_other, allow_root, default_permissions,
+                            uid=N, gid=N, grace=SECONDS, cache=MIB (default 512),
+                            window=MS (fork write-behind window, default 200),
+                            attr_timeout=SECONDS (default 1), fsname=NAME,
+                            dev, nodev, suid, nosuid, exec, noexec, atime, noatime;
+                            fstab-only options (auto, noauto, user, users,
+                            nouser, _netdev, nofail, comment=, x-*) are ignored
+  -h, --help              print this help and exit
+  -V, --version           print the version and exit
+
+Unmount with `umount MOUNTPOINT` (root) or `fusermount3 -u MOUNTPOINT`.
+Logging: RUST_LOG=info (default warn); session contents are never logged.
+See sessionfs(1).
+";
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    pub store: PathBuf,
+    pub mountpoint: PathBuf,
+    pub foreground: bool,
+    pub debug: bool,
+    pub read_only: bool,
+    pub allow_other: bool,
+    pub allow_root: bool,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub grace: Duration,
+    pub cache_bytes: usize,
+    pub window: Duration,
+    pub attr_timeout: Duration,
+    pub fsname: Option<String>,
+    /// Generic mount flags passed to the kernel as given.
+    pub kernel_flags: Vec<String>,
+}
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq)]
+pub enum Command {
+    Mount(Box<Options>),
+    Help,
+    Version,
+}
+
+fn seconds(value: &str, what: &str) -> Result<Duration, String> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("{what} must be a number of seconds, not {value:?}"))
+}
+
+fn number<T: std::str::FromStr>(value: &str, what: &str) -> Result<T, String> {
+    value.parse().map_err(|_| format!("{what} must be a whole number, not {value:?}"))
+}
+
+impl Options {
+    fn apply_mount_option(&mut self, option: &str) -> Result<(), String> {
+        let (key, value) = match option.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (option, None),
+        };
+        let need = |what: &str| value.ok_or_else(|| format!("mount option {what} needs a value ({what}=...)"));
+        match key {
+            "" => {}
+            "ro" => self.read_only = true,
+            "rw" => self.read_only = false,
+            "allow_other" => self.allow_other = true,
+            "allow_root" => self.allow_root = true,
+            // Always on: the kernel checks the modes sessionfs reports.
+            "default_permissions" => {}
+            "debug" => {
+                self.debug = true;
+                self.foreground = true;
+            }
+            "uid" => self.uid = Some(number(need("uid")?, "uid")?),
+            "gid" => self.gid = Some(number(need("gid")?, "gid")?),
+            "grace" => self.grace = seconds(need("grace")?, "grace")?,
+            "cache" => self.cache_bytes = number::<usize>(need("cache")?, "cache")?.saturating_mul(1 << 20),
+            "window" => {
+                let ms: u64 = number(need("window")?, "window")?;
+                if !(1..=2_147_483_647).contains(&ms) {
+                    return Err("window must be between 1 and 2147483647 milliseconds".into());
+                }
+                self.window = Duration::from_millis(ms);
+            }
+            "attr_timeout" | "entry_timeout" => self.attr_timeout = seconds(need(key)?, key)?,
+            "fsname" => self.fsname = Some(need("fsname")?.to_string()),
+            "dev" | "nodev" | "suid" | "nosuid" | "exec" | "noexec" | "atime" | "noatime" => {
+                self.kernel_flags.push(key.to_string())
+            }
+            "auto" | "noauto" | "user" | "nouser" | "users" | "_netdev" | "nofail" | "comment" => {}
+            _ if key.starts_with("x-") => {}
+            _ => return Err(format!("unknown mount option {option:?} (see sessionfs --help)")),
+        }
+        Ok(())
+    }
+}
+
+/// Parses `argv` (without the program name).
+pub fn parse(args: &[String]) -> Result<Command, String> {
+    let mut options = Options {
+        store: PathBuf::new(),
+        mountpoint: PathBuf::new(),
+        foreground: false,
+        debug: false,
+        read_only: false,
+        allow_other: false,
+        allow_root: false,
+        uid: None,
+        gid: None,
+        grace: Duration::from_secs(10),
+        cache_bytes: 512 << 20,
+        window: Duration::from_millis(200),
+        attr_timeout: Duration::from_secs(1),
+        fsname: None,
+        kernel_flags: Vec::new(),
+    };
+    let mut positional = Vec::new();
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        let mut value = |name: &str| iter.next().cloned().ok_or_else(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(Command::Help),
+            "-V" | "--version" => return Ok(Command::Version),
+            "-f" | "--foreground" => options.foreground = true,
+            "-d" | "--debug" => {
+                options.debug = true;
+                options.foreground = true;
+            }
+            "-r" | "--read-only" => options.read_only = true,
+            "--allow-other" => options.allow_other = true,
+            "--grace" => options.grace = seconds(&value("--grace")?, "--grace")?,
+            "-o" => {
+                for option in value("-o")?.split(',') {
+                    options.apply_mount_option(option)?;
+                }
+            }
+            other if other.starts_with("-o") && other.len() > 2 => {
+                for option in other[2..].split(',') {
+                    options.apply_mount_option(option)?;
+                }
+            }
+            "--" => positional.extend(iter.by_ref().cloned()),
+            other if other.starts_with('-') && other.len() > 1 => return Err(format!("unknown option {other:?}")),
+            other => positional.push(other.to_string()),
+        }
+    }
+    match positional.as_slice() {
+        [store, mountpoint] => {
+            options.store = PathBuf::from(store);
+            options.mountpoint = PathBuf::from(mountpoint);
+            Ok(Command::Mount(Box::new(options)))
+        }
+        [] | [_] => Err("missing STORE or MOUNTPOINT".into()),
+        _ => Err(format!("too many arguments: {}", positional[2..].join(" "))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn parses_the_fuse_shaped_command_line() {
+        let Ok(Command::Mount(options)) = parse(&args(&["-f", "-o", "ro,allow_other,uid=5,grace=0.5,noauto", "/s", "/m"])) else {
+            panic!("expected a mount");
+        };
+        assert!(options.foreground && options.read_only && options.allow_other);
+        assert_eq!(options.uid, Some(5));
+        assert_eq!(options.grace, Duration::from_millis(500));
+        assert_eq!(options.store, PathBuf::from("/s"));
+        assert_eq!(parse(&args(&["--help"])), Ok(Command::Help));
+        assert_eq!(parse(&args(&["-V"])), Ok(Command::Version));
+    }
+
+    #[test]
+    fn rejects_bad_command_lines() {
+        for bad in [&["/s"][..], &["-x", "/s", "/m"], &["-o", "bogus", "/s", "/m"], &["-o", "uid=x", "/s", "/m"], &["/a", "/b", "/c"], &["-o"]] {
+            assert!(parse(&args(bad)).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! The thin fuser adapter: each callback calls the filesystem model, then replies
+//! with the result or with the error's errno, logging the reason. A panic in a
+//! handler is caught and answered with EIO, so one bad request never takes the
+//! mount down.
+
+use std::ffi::OsStr;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner,
+    OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::error::Error;
+use crate::fs::{Attr, Kind, SessionFs};
+
+pub struct FuseAdapter {
+    fs: Arc<SessionFs>,
+    /// How long the kernel may cache attributes and entries.
+    ttl: Duration,
+}
+
+impl FuseAdapter {
+    pub fn new(fs: Arc<SessionFs>, ttl: Duration) -> FuseAdapter {
+        FuseAdapter { fs, ttl }
+    }
+}
+
+fn file_attr(attr: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(attr.ino),
+        size: attr.size,
+        blocks: attr.size.div_ceil(512),
+        atime: attr.mtime,
+        mtime: attr.mtime,
+        ctime: attr.mtime,
+        crtime: attr.mtime,
+        kind: match attr.kind {
+            Kind::Dir => FileType::Directory,
+            Kind::File => FileType::RegularFile,
+            Kind::Symlink => FileType::Symlink,
+        },
+        perm: attr.perm,
+        nlink: attr.nlink,
+        uid: attr.uid,
+        gid: attr.gid,
+        rdev: 0,
+        blksize: 128 << 10,
+        flags: 0,
+    }
+}
+
+/// Runs a handler, turning a panic into an EIO error.
+fn guarded<T>(op: &str, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Errno> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => {
+            if error.is_routine() {
+                log::debug!("{op}: {error}");
+            } else {
+                log::warn!("{op} failed with errno {}: {error}", error.errno());
+            }
+            Err(Errno::from_i32(error.errno()))
+        }
+        Err(panic) => {
+            let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
+            log::error!("{op} panicked: {}; answered EIO", what.unwrap_or_default());
+            Err(Errno::EIO)
+        }
+    }
+}
+
+fn name_str(name: &OsStr) -> Result<&str, Error> {
+    name.to_str().ok_or_else(|| Error::NotFound("names in this filesystem are UTF-8".into()))
+}
+
+impl Filesystem for FuseAdapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // `echo N > fork` then opens with O_TRUNC instead of a separate truncate.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_ATOMIC_O_TRUNC);
+        let _ = config.set_max_readahead(1 << 20);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match guarded("lookup", || self.fs.lookup(parent.0, name_str(name)?)) {
+            Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), Generation(0)),
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match guarded("getattr", || self.fs.getattr(ino.0)) {
+            Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<std::time::SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<std::time::SystemTime>,
+        _chgtime: Option<std::time::SystemTime>,
+        _bkuptime: Option<std::time::SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let result = guarded("setattr", || {
+            if mode.is_some() || uid.is_some() || gid.is_some() || size.is_some_and(|s| s != 0) {
+                return Err(Error::ReadOnly("sessionfs files cannot be changed".into()));
+            }
+            if size == Some(0) { self.fs.truncate(ino.0) } else { self.fs.getattr(ino.0) }
+        });
+        match result {
+            Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match guarded("readlink", || self.fs.readlink(ino.0)) {
+            Ok(target) => reply.data(target.as_bytes()),
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY;
+        match guarded("open", || self.fs.open(ino.0, write)) {
+            Ok((fh, direct)) => {
+                let flags = if direct { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
+                reply.opened(FileHandle(fh), flags)
+            }
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match guarded("read", || self.fs.read(fh.0, offset, size)) {
+            Ok(bytes) => reply.data(&bytes),
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match guarded("write", || self.fs.write(ino.0, data)) {
+            Ok(written) => reply.written(written as u32),
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        // Nothing is buffered per open file: control commands act inside write().
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.release(fh.0);
+        reply.ok();
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        // Cookies: 1 and 2 are `.` and `..`; entry k of the listing has cookie k + 3.
+        const BATCH: usize = 512;
+        let result = guarded("readdir", || {
+            let mut dots = Vec::new();
+            if offset == 0 {
+                dots.push((ino.0, 1u64, FileType::Directory, ".".to_string()));
+            }
+            if offset <= 1 {
+                dots.push((ino.0, 2, FileType::Directory, "..".to_string()));
+            }
+            let first = offset.saturating_sub(2);
+            let entries = self.fs.readdir(ino.0, first, BATCH)?;
+            Ok((dots, first, entries))
+        });
+        match result {
+            Ok((dots, first, entries)) => {
+                for (ino, cookie, kind, name) in dots {
+                    if reply.add(INodeNo(ino), cookie, kind, name) {
+                        return reply.ok();
+                    }
+                }
+                for (k, entry) in entries.into_iter().enumerate() {
+                    let kind = match entry.kind {
+                        Kind::Dir => FileType::Directory,
+                        Kind::File => FileType::RegularFile,
+                        Kind::Symlink => FileType::Symlink,
+                    };
+                    if reply.add(INodeNo(entry.ino), first + k as u64 + 3, kind, &entry.name) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let files = self.fs.session_count() as u64;
+        reply.statfs(0, 0, 0, files, 0, 4096, 255, 4096);
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        // Tools probe every file they open (isatty's TCGETS): no ioctls here.
+        reply.error(Errno::ENOTTY);
+    }
+
+    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOSYS);
+    }
+}

@@ -1,0 +1,258 @@
+//! `sessionfs STORE MOUNTPOINT`: parse the command line, detach (unless `-f`),
+//! mount, serve, and unmount cleanly on SIGINT, SIGTERM or `umount`.
+//!
+//! Exit status: 0 after a clean unmount, 1 when the mount cannot happen or a
+//! runtime failure ends it, 2 for a usage error.
+
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuser::{Config, MountOption, SessionACL};
+use sessionfs::cli::{self, Command, Options};
+use sessionfs::fs::{FsConfig, SessionFs};
+use sessionfs::fuse_adapter::FuseAdapter;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let options = match cli::parse(&args) {
+        Ok(Command::Help) => {
+            print!("{}", cli::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Version) => {
+            println!("sessionfs {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Mount(options)) => options,
+        Err(message) => {
+            eprintln!("sessionfs: {message}\nTry 'sessionfs --help' for more information.");
+            return ExitCode::from(2);
+        }
+    };
+    let default_level = if options.debug { "debug" } else { "warn" };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level)).init();
+
+    // Check what can be checked before detaching, so the error reaches the user.
+    if let Err(message) = preflight(&options) {
+        eprintln!("sessionfs: {message}");
+        return ExitCode::from(1);
+    }
+    if options.foreground {
+        return match serve(&options, None) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("sessionfs: {message}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    daemonize(&options)
+}
+
+fn preflight(options: &Options) -> Result<(), String> {
+    let meta = std::fs::metadata(&options.mountpoint).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOTCONN) => format!(
+            "mount point {} is a stale mount (transport endpoint is not connected): run `umount {0}` or `fusermount3 -u {0}` first",
+            options.mountpoint.display()
+        ),
+        _ => format!("mount point {}: {e}", options.mountpoint.display()),
+    })?;
+    if !meta.is_dir() {
+        return Err(format!("mount point {} is not a directory", options.mountpoint.display()));
+    }
+    if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        return Err(format!("cannot use /dev/fuse ({e}); is the fuse kernel module loaded?"));
+    }
+    // Opening the store checks that it is a Harness store at all.
+    sessionfs::store::open(&options.store).map(|_| ())
+}
+
+/// Forks before any thread exists; the parent exits 0 only once the child reports
+/// that the mount is live, or 1 with the child's message.
+fn daemonize(options: &Options) -> ExitCode {
+    let mut fds = [0; 2];
+    // SAFETY: pipe() fills two descriptors we then own.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        eprintln!("sessionfs: cannot create a pipe: {}", std::io::Error::last_os_error());
+        return ExitCode::from(1);
+    }
+    // SAFETY: the descriptors were just created by pipe().
+    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: no threads exist yet, so the child may keep running Rust code.
+    match unsafe { libc::fork() } {
+        -1 => {
+            eprintln!("sessionfs: cannot fork: {}", std::io::Error::last_os_error());
+            ExitCode::from(1)
+        }
+        0 => {
+            drop(read_end);
+            // SAFETY: setsid() has no preconditions in a fresh child.
+            unsafe { libc::setsid() };
+            let status = std::fs::File::from(write_end);
+            match serve(options, Some(status)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(message) => {
+                    log::error!("{message}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        _ => {
+            drop(write_end);
+            let mut answer = String::new();
+            let _ = std::fs::File::from(read_end).read_to_string(&mut answer);
+            match answer.strip_prefix('E') {
+                None if answer.starts_with("ok") => ExitCode::SUCCESS,
+                None => {
+                    eprintln!("sessionfs: the mount process ended before the mount was live");
+                    ExitCode::from(1)
+                }
+                Some(message) => {
+                    eprintln!("sessionfs: {message}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}
+
+/// Mounts and serves until unmounted. `ready` (the daemon's pipe to its parent)
+/// gets `ok` once the mount is live, or `E` and the reason it could not be.
+fn serve(options: &Options, mut ready: Option<std::fs::File>) -> Result<(), String> {
+    let result = mount_and_serve(options, &mut ready);
+    if let (Err(message), Some(mut pipe)) = (&result, ready) {
+        let _ = pipe.write_all(format!("E{message}").as_bytes());
+    }
+    result
+}
+
+fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Result<(), String> {
+    let store = sessionfs::store::open(&options.store)?;
+    let description = store.describe();
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let config = FsConfig {
+        uid: options.uid.unwrap_or(uid),
+        gid: options.gid.unwrap_or(gid),
+        read_only: options.read_only,
+        grace: options.grace,
+        cache_bytes: options.cache_bytes,
+        write_window: options.window,
+        ..FsConfig::default()
+    };
+    let fs = SessionFs::new(store, config);
+    let mut mount_options = vec![
+        MountOption::FSName(options.fsname.clone().unwrap_or_else(|| options.store.display().to_string().replace(',', "\\,"))),
+        MountOption::Subtype("sessionfs".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoDev,
+        MountOption::NoSuid,
+    ];
+    if options.read_only {
+        mount_options.push(MountOption::RO);
+    }
+    for flag in &options.kernel_flags {
+        mount_options.push(match flag.as_str() {
+            "dev" => MountOption::Dev,
+            "nodev" => MountOption::NoDev,
+            "suid" => MountOption::Suid,
+            "nosuid" => MountOption::NoSuid,
+            "exec" => MountOption::Exec,
+            "noexec" => MountOption::NoExec,
+            "atime" => MountOption::Atime,
+            _ => MountOption::NoAtime,
+        });
+    }
+    let acl = if options.allow_other {
+        SessionACL::All
+    } else if options.allow_root {
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    let mut config = Config::default();
+    config.mount_options = mount_options;
+    config.acl = acl;
+    config.n_threads = Some(4);
+
+    // Signals are handled by one thread with sigwait; every thread blocks them.
+    let signals = block_signals();
+    let adapter = FuseAdapter::new(fs.clone(), options.attr_timeout);
+    let mut session = fuser::Session::new(adapter, &options.mountpoint, &config)
+        .map_err(|e| format!("cannot mount {} at {}: {e}", options.store.display(), options.mountpoint.display()))?;
+    let notifier = session.notifier();
+    let mut unmounter = session.unmount_callable();
+
+    let writeback = fs.writeback();
+    std::thread::Builder::new().name("writeback".into()).spawn(move || writeback.run()).map_err(|e| e.to_string())?;
+    let watched = Arc::downgrade(&fs);
+    std::thread::Builder::new()
+        .name("follow".into())
+        .spawn(move || {
+            // Follow the store: new events show up within a second, and the kernel is
+            // told to drop what it cached of files that changed.
+            while let Some(fs) = watched.upgrade() {
+                for ino in fs.poll_changes() {
+                    let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, -1);
+                }
+                drop(fs);
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    let mountpoint = options.mountpoint.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut signal = 0;
+            // SAFETY: `signals` is an initialised set; sigwait writes one signal number.
+            unsafe { libc::sigwait(&signals, &mut signal) };
+            log::info!("signal {signal}: unmounting {}", mountpoint.display());
+            if let Err(e) = unmounter.unmount() {
+                log::warn!("unmount after signal {signal} failed ({e}); detaching lazily");
+                if let Ok(path) = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes()) {
+                    // SAFETY: a valid NUL-terminated path.
+                    unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+
+    log::info!("{description} mounted at {}", options.mountpoint.display());
+    if let Some(mut pipe) = ready.take() {
+        let _ = pipe.write_all(b"ok");
+        drop(pipe);
+        // Detach from the terminal: the parent has reported success.
+        if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+            use std::os::fd::AsRawFd;
+            // SAFETY: duplicating a valid descriptor onto stdio.
+            unsafe {
+                libc::dup2(null.as_raw_fd(), 0);
+                libc::dup2(null.as_raw_fd(), 1);
+            }
+        }
+    }
+    let result = session.run();
+    let unwritten = fs.writeback().shutdown();
+    if !unwritten.is_empty() {
+        log::error!("unmounted with sessions not written to the store: {}", unwritten.join(", "));
+    }
+    log::info!("unmounted {}", options.mountpoint.display());
+    result.map_err(|e| format!("the mount ended with an error: {e}"))
+}
+
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: the set is initialised by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}

@@ -1,0 +1,34 @@
+//! The pure session model: events, the surface, the request header, crash repair
+//! and fork rules. Nothing here touches files or FUSE.
+
+pub mod chunk_rows;
+pub mod fold;
+pub mod fork;
+pub mod header;
+pub mod ids;
+pub mod repair;
+pub mod surface;
+pub mod validate;
+
+/// Why a session cannot be shown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The log is intact but this build cannot read it (a newer format or type).
+    Unsupported(String),
+    /// The log is damaged where it was already committed.
+    Corrupt(String),
+}
+
+impl Refusal {
+    pub fn message(&self) -> &str {
+        match self {
+            Refusal::Unsupported(m) | Refusal::Corrupt(m) => m,
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.message())
+    }
+}

@@ -1,0 +1,212 @@
+//! Crash repair (spec §8.1): the synthetic closers that balance a log whose last
+//! turn is still open. A pure function of the stored events, kept as a small
+//! running scan so it can follow a growing log.
+
+use serde_json::{Map, Value, json};
+
+use crate::json::{JsonMap, non_negative_safe_integer};
+
+pub const TOOL_OUTCOME_UNKNOWN_TEXT: &str = "The tool call was interrupted after it was recorded, but no result was durably recorded. Its outcome is unknown. Decide whether to retry from the tool semantics: retry only if the operation is read-only or idempotent; if it may have side effects, first verify external state or ask the user. Do not retry blindly.";
+pub const TOOL_NOT_STARTED_TEXT: &str =
+    "The tool call was interrupted before the Harness recorded it as started. Retry it if it is still needed.";
+
+#[derive(Clone, Debug)]
+struct PendingCall {
+    call_id: String,
+    step: Value,
+    call_seq: Option<u64>,
+}
+
+/// The scan state of `interruptedTurnClosers`.
+#[derive(Clone, Debug, Default)]
+pub struct RepairScan {
+    open_turn: Option<Value>,
+    open_step: Option<Value>,
+    /// Insertion-ordered, like a JS `Map`: re-inserting keeps the original place.
+    pending: Vec<PendingCall>,
+    last: Option<(u64, Value)>,
+}
+
+impl RepairScan {
+    pub fn observe(&mut self, event: &JsonMap) {
+        let seq = event.get("seq").and_then(non_negative_safe_integer).unwrap_or(0);
+        self.last = Some((seq, event.get("time").cloned().unwrap_or(Value::Null)));
+        let data = event.get("data").unwrap_or(&Value::Null);
+        match event.get("type").and_then(Value::as_str).unwrap_or("") {
+            "turn/start" => {
+                self.open_turn = Some(data.get("turn").cloned().unwrap_or(Value::Null));
+                self.open_step = None;
+                self.pending.clear();
+            }
+            "turn/end" => {
+                self.open_turn = None;
+                self.open_step = None;
+                self.pending.clear();
+            }
+            "step/start" => self.open_step = Some(data.get("step").cloned().unwrap_or(Value::Null)),
+            "step/end" => {
+                self.pending.clear();
+                self.open_step = None;
+            }
+            "assistant/message" => {
+                let step = data.get("step").cloned().unwrap_or(Value::Null);
+                let blocks = data.pointer("/message/content").and_then(Value::as_array);
+                for block in blocks.into_iter().flatten() {
+                    if block.get("type").and_then(Value::as_str) != Some("tool-call") {
+                        continue;
+                    }
+                    let Some(id) = block.get("id").and_then(Value::as_str) else { continue };
+                    match self.pending.iter_mut().find(|p| p.call_id == id) {
+                        Some(existing) => {
+                            existing.step = step.clone();
+                            existing.call_seq = None;
+                        }
+                        None => self.pending.push(PendingCall { call_id: id.to_string(), step: step.clone(), call_seq: None }),
+                    }
+                }
+            }
+            "tool/call" => {
+                if let Some(id) = data.get("callId").and_then(Value::as_str)
+                    && let Some(entry) = self.pending.iter_mut().find(|p| p.call_id == id)
+                {
+                    entry.call_seq = Some(seq);
+                }
+            }
+            "tool/result" => {
+                if let Some(id) = data.pointer("/message/source/callId").and_then(Value::as_str) {
+                    self.pending.retain(|p| p.call_id != id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// True when the log ends inside a turn.
+    pub fn turn_is_open(&self) -> bool {
+        self.open_turn.is_some()
+    }
+
+    /// The closers a repair would append; empty for a balanced log.
+    pub fn closers(&self) -> Vec<JsonMap> {
+        let (Some(turn), Some((last_seq, time))) = (&self.open_turn, &self.last) else {
+            return Vec::new();
+        };
+        let mut seq = last_seq + 1;
+        let mut out = Vec::new();
+        for call in &self.pending {
+            let (text, name, code) = match call.call_seq {
+                Some(_) => (TOOL_OUTCOME_UNKNOWN_TEXT, "ToolOutcomeUnknownError", "TOOL_OUTCOME_UNKNOWN"),
+                None => (TOOL_NOT_STARTED_TEXT, "ToolNotStartedError", "TOOL_NOT_STARTED"),
+            };
+            let id = &call.call_id;
+            let message = json!({
+                "id": format!("interrupted-tool-result-{id}-{seq}"),
+                "role": "user",
+                "source": {"kind": "tool", "callId": id},
+                "content": [{"type": "tool-result", "toolCallId": id, "isError": true, "content": [{"type": "text", "text": text}]}],
+            });
+            let data = json!({"turn": turn, "step": call.step, "message": message, "error": {"name": name, "code": code}});
+            let mut event = envelope("tool/result", seq, time, data);
+            event.insert("surfaceOp".into(), "append".into());
+            if let Some(call_seq) = call.call_seq {
+                event.insert("sourceEventSeqs".into(), json!([call_seq]));
+            }
+            out.push(event);
+            seq += 1;
+        }
+        if let Some(step) = &self.open_step {
+            out.push(envelope("step/end", seq, time, json!({"turn": turn, "step": step})));
+            seq += 1;
+        }
+        out.push(envelope("turn/end", seq, time, json!({"turn": turn, "reason": {"kind": "interrupted"}})));
+        out
+    }
+}
+
+fn envelope(event_type: &str, seq: u64, time: &Value, data: Value) -> JsonMap {
+    let mut event = Map::new();
+    event.insert("type".into(), event_type.into());
+    event.insert("seq".into(), seq.into());
+    event.insert("time".into(), time.clone());
+    event.insert("data".into(), data);
+    event
+}
+
+/// The closers of a whole log (convenience for tests and the fork check).
+pub fn interrupted_turn_closers(events: &[JsonMap]) -> Vec<JsonMap> {
+    let mut scan = RepairScan::default();
+    events.iter().for_each(|e| scan.observe(e));
+    scan.closers()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(lines: &str) -> Vec<JsonMap> {
+        lines.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    #[test]
+    fn the_spec_example_closes_both_calls_in_block_order() {
+        let events = parse(
+            r#"
+{"type":"turn/start","seq":20,"time":1760000100000,"data":{"turn":2}}
+{"type":"step/start","seq":21,"time":1760000100001,"data":{"turn":2,"step":1}}
+{"type":"assistant/message","seq":22,"time":1760000100500,"data":{"turn":2,"step":1,"message":{"role":"assistant","content":[{"type":"tool-call","id":"c-a","name":"sh","arguments":"{}"},{"type":"tool-call","id":"c-b","name":"sh","arguments":"{}"}],"source":{"kind":"model","provider":"acme","model":"m"},"id":"a-7"}},"sourceEventSeqs":[],"surfaceOp":"append"}
+{"type":"tool/call","seq":23,"time":1760000100510,"data":{"turn":2,"step":1,"callId":"c-a","name":"sh","arguments":"{}"}}
+"#,
+        );
+        let closers = interrupted_turn_closers(&events);
+        let text: Vec<String> = closers.iter().map(|c| serde_json::to_string(c).unwrap()).collect();
+        assert_eq!(text.len(), 4);
+        assert_eq!(
+            text[1],
+            format!(
+                r#"{{"type":"tool/result","seq":25,"time":1760000100510,"data":{{"turn":2,"step":1,"message":{{"id":"interrupted-tool-result-c-b-25","role":"user","source":{{"kind":"tool","callId":"c-b"}},"content":[{{"type":"tool-result","toolCallId":"c-b","isError":true,"content":[{{"type":"text","text":"{TOOL_NOT_STARTED_TEXT}"}}]}}]}},"error":{{"name":"ToolNotStartedError","code":"TOOL_NOT_STARTED"}}}},"surfaceOp":"append"}}"#
+            )
+        );
+        assert!(text[0].contains(r#""surfaceOp":"append","sourceEventSeqs":[23]"#));
+        assert!(text[0].contains("TOOL_OUTCOME_UNKNOWN"));
+        assert_eq!(text[2], r#"{"type":"step/end","seq":26,"time":1760000100510,"data":{"turn":2,"step":1}}"#);
+        assert_eq!(text[3], r#"{"type":"turn/end","seq":27,"time":1760000100510,"data":{"turn":2,"reason":{"kind":"interrupted"}}}"#);
+    }
+
+    #[test]
+    fn balanced_and_stepless_logs() {
+        let balanced = parse(
+            r#"
+{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}
+{"type":"turn/end","seq":1,"time":2,"data":{"turn":1,"reason":{"kind":"completed"}}}
+"#,
+        );
+        assert!(interrupted_turn_closers(&balanced).is_empty());
+        assert!(interrupted_turn_closers(&[]).is_empty());
+        let open = &balanced[..1];
+        let closers = interrupted_turn_closers(open);
+        assert_eq!(closers.len(), 1);
+        assert_eq!(closers[0]["type"], "turn/end");
+    }
+
+    #[test]
+    fn ended_steps_and_answered_calls_get_no_closer() {
+        let events = parse(
+            r#"
+{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}
+{"type":"step/start","seq":1,"time":1,"data":{"turn":1,"step":1}}
+{"type":"assistant/message","seq":2,"time":1,"data":{"turn":1,"step":1,"message":{"role":"assistant","content":[{"type":"tool-call","id":"x","name":"sh","arguments":"{}"},{"type":"tool-call","id":"y","name":"sh","arguments":"{}"}],"source":{"kind":"model","provider":"a","model":"m"},"id":"a"}},"surfaceOp":"append"}
+{"type":"tool/call","seq":3,"time":1,"data":{"turn":1,"step":1,"callId":"x","name":"sh","arguments":"{}"}}
+{"type":"tool/result","seq":4,"time":9,"data":{"turn":1,"step":1,"message":{"source":{"kind":"tool","callId":"x"},"content":[{"type":"tool-result","toolCallId":"x","content":[]}],"role":"user","id":"t"}},"sourceEventSeqs":[3],"surfaceOp":"append"}
+{"type":"tool/call","seq":5,"time":9,"data":{"turn":1,"step":1,"callId":"zz","name":"sh","arguments":"{}"}}
+"#,
+        );
+        let closers = interrupted_turn_closers(&events);
+        let types: Vec<&str> = closers.iter().map(|c| c["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["tool/result", "step/end", "turn/end"]);
+        assert_eq!(closers[0]["data"]["message"]["source"]["callId"], "y");
+        assert_eq!(closers[0]["time"], 9);
+        let mut ended = events.clone();
+        ended.push(serde_json::from_str(r#"{"type":"step/end","seq":6,"time":9,"data":{"turn":1,"step":1}}"#).unwrap());
+        assert_eq!(interrupted_turn_closers(&ended).len(), 1);
+    }
+}

@@ -1,0 +1,48 @@
+//! Files of `events/`: one per logical event, named so that `ls` sorts by seq and
+//! the name never changes as the log grows, e.g. `00000042-tool.result.json`.
+//! Synthetic crash closers end in `.synthetic.json`, so they are told apart from
+//! logged events by name alone.
+
+use crate::json::{JsonMap, pretty_line};
+use crate::model::ids::encode_segment;
+
+pub const SYNTHETIC_SUFFIX: &str = ".synthetic.json";
+pub const LOGGED_SUFFIX: &str = ".json";
+
+/// The file name of an event.
+pub fn file_name(seq: u64, event_type: &str, synthetic: bool) -> String {
+    // `/` becomes `.` for readability; anything else unsafe in a name is escaped.
+    let readable = event_type.replace('/', ".");
+    let safe = encode_segment(&readable).unwrap_or_else(|| "~".into());
+    let suffix = if synthetic { SYNTHETIC_SUFFIX } else { LOGGED_SUFFIX };
+    format!("{seq:08}-{safe}{suffix}")
+}
+
+/// The seq a file name starts with, if it is shaped like an event file name.
+pub fn seq_of(name: &str) -> Option<u64> {
+    let (digits, _) = name.split_once('-')?;
+    if digits.len() < 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The event as logged (key order preserved), pretty-printed, newline-terminated.
+pub fn content(event: &JsonMap) -> Vec<u8> {
+    pretty_line(event)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_sort_by_seq_and_mark_synthetic_events() {
+        assert_eq!(file_name(42, "tool/result", false), "00000042-tool.result.json");
+        assert_eq!(file_name(7, "tool/result", true), "00000007-tool.result.synthetic.json");
+        assert_eq!(file_name(1, "a b/../c", false), "00000001-a~0020b....c.json");
+        assert_eq!(seq_of("00000042-tool.result.json"), Some(42));
+        assert_eq!(seq_of("123456789-x.json"), Some(123_456_789));
+        assert_eq!(seq_of("42-x.json"), None);
+    }
+}

@@ -1,0 +1,555 @@
+//! The JSONL backend (spec §10): one directory of project directories, each
+//! holding one directory per session with `session.jsonl` (raw) or
+//! `session.jsonl.zstd` (a concatenation of checksummed zstd frames whose
+//! plaintext is the raw file). A root may hold both encodings.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use crate::json::JsonMap;
+use crate::model::Refusal;
+use crate::model::chunk_rows::{JSONL_ROW_LIMITS, RowKind, expand_jsonl_row, pack};
+use crate::model::header::SessionHeader;
+use crate::model::ids::{decode_segment, encode_segment, project_dir};
+use crate::store::tail::{Decoded, TailScanner};
+use crate::store::zstd_frames::{FrameScan, decode_frame, decode_torn_frame, encode_frame, scan_frame};
+use crate::store::{Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey};
+
+pub const RAW_NAME: &str = "session.jsonl";
+pub const ZSTD_NAME: &str = "session.jsonl.zstd";
+
+/// The longest record (line) accepted; a longer one is refused, so a hostile file
+/// cannot make the mount allocate without bound.
+pub const MAX_RECORD_BYTES: usize = 256 << 20;
+
+/// The longest header line read while listing.
+const MAX_HEADER_BYTES: usize = 1 << 20;
+
+pub struct JsonlStore {
+    root: PathBuf,
+    /// The last decompressed zstd frame, so fetching neighbouring events does not
+    /// decompress the same frame again and again.
+    frame_cache: Mutex<Option<(PathBuf, u64, Vec<u8>)>>,
+}
+
+fn is_zstd(path: &Path) -> bool {
+    path.file_name().is_some_and(|n| n == ZSTD_NAME)
+}
+
+fn corrupt(path: &Path, why: impl std::fmt::Display) -> Refusal {
+    Refusal::Corrupt(format!("{why} (raw log: {})", path.display()))
+}
+
+fn io_refusal(path: &Path, e: io::Error) -> Refusal {
+    Refusal::Corrupt(format!("cannot read {}: {e}", path.display()))
+}
+
+/// Decodes one stored line (spec §10.4): a packed row expands to its events; any
+/// other object is one event.
+fn decode_record(line: &[u8]) -> Result<Vec<JsonMap>, RecordError> {
+    let text = String::from_utf8_lossy(line);
+    let value: Value = serde_json::from_str(&text).map_err(|_| RecordError::Unparsable)?;
+    match value {
+        Value::Null => Err(RecordError::Null),
+        Value::Object(map) => match map.get("type").and_then(Value::as_str).and_then(RowKind::from_tag) {
+            Some(kind) => expand_jsonl_row(kind, &map, JSONL_ROW_LIMITS).map_err(|_| RecordError::Unparsable),
+            None => Ok(vec![map]),
+        },
+        // Not an object: the Harness passes it through and it then fails contiguity.
+        _ => Err(RecordError::Unparsable),
+    }
+}
+
+enum RecordError {
+    Unparsable,
+    /// A `null` line makes the Harness scanner throw wherever it stands.
+    Null,
+}
+
+/// The line scanner of spec §10.5 over plaintext records, shared by raw and zstd.
+struct LineScanner<'a> {
+    tail: TailScanner,
+    /// Lines after the header, for messages.
+    line_number: u64,
+    sink: &'a mut EventSink<'a>,
+    path: &'a Path,
+}
+
+impl LineScanner<'_> {
+    /// Feeds one complete line (without its newline) stored at `loc`.
+    fn line(&mut self, line: &[u8], loc: EventLoc) -> Result<bool, Refusal> {
+        self.line_number += 1;
+        let number = self.line_number;
+        let decoded = match decode_record(line) {
+            Ok(events) => Decoded::Events(events),
+            Err(RecordError::Null) => {
+                return Err(corrupt(self.path, format!("corrupt session log: null record at line {number}")));
+            }
+            Err(RecordError::Unparsable) => Decoded::Bad(format!("corrupt session log: unparsable committed event at line {number}")),
+        };
+        let path = self.path;
+        let kept = self
+            .tail
+            .feed(decoded, || format!("corrupt session log: seq gap at line {number}"))
+            .map_err(|r| corrupt(path, r))?;
+        let Some(events) = kept else {
+            return Ok(false);
+        };
+        for (member, event) in events.into_iter().enumerate() {
+            (self.sink)(EventLoc { member: member as u32, ..loc }, event)?;
+        }
+        Ok(true)
+    }
+}
+
+impl JsonlStore {
+    pub fn open(root: &Path) -> Result<JsonlStore, String> {
+        let root = root.canonicalize().map_err(|e| format!("cannot open store {}: {e}", root.display()))?;
+        std::fs::read_dir(&root).map_err(|e| format!("cannot list store {}: {e}", root.display()))?;
+        Ok(JsonlStore { root, frame_cache: Mutex::new(None) })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Real subdirectories of `dir` (symlinks are not followed out of the store).
+    fn subdirs(dir: &Path) -> Vec<(String, PathBuf)> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut out: Vec<(String, PathBuf)> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn read_header(&self, path: &Path) -> Result<SessionHeader, String> {
+        let line = if is_zstd(path) { read_zstd_header(path)? } else { read_raw_header(path)? };
+        let text = String::from_utf8_lossy(&line);
+        let value: Value = serde_json::from_str(&text).map_err(|_| "first line is not a session header (not JSON)".to_string())?;
+        let Value::Object(map) = value else {
+            return Err("first line is not a session header (not an object)".into());
+        };
+        SessionHeader::from_jsonl(&map)
+    }
+
+    /// The identity check of spec §10.9: the header's id and cwd must name this path.
+    fn check_identity(&self, path: &Path, header: &SessionHeader) -> Result<(), String> {
+        let file = if is_zstd(path) { ZSTD_NAME } else { RAW_NAME };
+        let segment = encode_segment(&header.id).ok_or("the header's session id is empty")?;
+        let expected = self.root.join(project_dir(header.cwd.as_deref())).join(segment).join(file);
+        let same = expected == path
+            || matches!((expected.canonicalize(), path.canonicalize()), (Ok(a), Ok(b)) if a == b);
+        if same {
+            Ok(())
+        } else {
+            Err(format!("header id {:?} and cwd {:?} identify {}, not this file", header.id, header.cwd, expected.display()))
+        }
+    }
+
+    fn scan_raw(&self, path: &Path, from: &ScanPoint, sink: &mut EventSink) -> Result<(ScanPoint, ScanEnd), Refusal> {
+        let file = File::open(path).map_err(|e| io_refusal(path, e))?;
+        let mut reader = BufReader::with_capacity(256 << 10, file);
+        let mut offset = from.offset;
+        if offset == 0 {
+            let header = read_line(&mut reader, MAX_HEADER_BYTES).map_err(|e| io_refusal(path, e))?;
+            match header {
+                Line::Complete(bytes) => offset = bytes.len() as u64 + 1,
+                _ => return Err(corrupt(path, "corrupt session log: empty or header-less session log")),
+            }
+        } else {
+            reader.seek(SeekFrom::Start(offset)).map_err(|e| io_refusal(path, e))?;
+        }
+        let mut scanner = LineScanner { tail: TailScanner::new(from.events), line_number: from.plain, sink, path };
+        let mut committed = ScanPoint { offset, ..from.clone() };
+        let mut position = offset;
+        loop {
+            match read_line(&mut reader, MAX_RECORD_BYTES).map_err(|e| io_refusal(path, e))? {
+                Line::End => break,
+                Line::Partial => {
+                    return Ok((committed, ScanEnd::Torn { at: format!("byte {position} (an unterminated last line)") }));
+                }
+                Line::TooLong => {
+                    return Err(corrupt(path, format!("record at byte {position} is longer than {MAX_RECORD_BYTES} bytes")));
+                }
+                Line::Complete(bytes) => {
+                    let loc = EventLoc { record: position, within: 0, member: 0 };
+                    let kept = scanner.line(&bytes, loc)?;
+                    position += bytes.len() as u64 + 1;
+                    if kept {
+                        committed = ScanPoint {
+                            events: scanner.tail.next_seq(),
+                            offset: position,
+                            plain: scanner.line_number,
+                            frames: 0,
+                        };
+                    }
+                }
+            }
+        }
+        match scanner.tail.issue() {
+            Some(issue) => Ok((committed, ScanEnd::Torn { at: issue.to_string() })),
+            None => Ok((committed, ScanEnd::Complete)),
+        }
+    }
+
+    fn scan_zstd(&self, path: &Path, from: &ScanPoint, sink: &mut EventSink) -> Result<(ScanPoint, ScanEnd), Refusal> {
+        let bytes = read_from(path, from.offset).map_err(|e| io_refusal(path, e))?;
+        let mut at = 0usize;
+        let mut frames = from.frames;
+        if frames == 0 {
+            match scan_frame(&bytes) {
+                FrameScan::Complete(len) => {
+                    decode_header_frame(&bytes[..len]).map_err(|why| corrupt(path, why))?;
+                    at = len;
+                    frames = 1;
+                }
+                _ => return Err(corrupt(path, "corrupt Zstandard session log: empty or header-less Zstandard session log")),
+            }
+        }
+        let mut scanner = LineScanner { tail: TailScanner::strict(from.events), line_number: from.plain, sink, path };
+        loop {
+            if at == bytes.len() {
+                let end = ScanPoint { events: scanner.tail.next_seq(), offset: from.offset + at as u64, plain: scanner.line_number, frames };
+                return Ok((end, ScanEnd::Complete));
+            }
+            let here = from.offset + at as u64;
+            match scan_frame(&bytes[at..]) {
+                FrameScan::Corrupt(why) => {
+                    return Err(corrupt(path, format!("corrupt Zstandard session log: {why} at byte {here}")));
+                }
+                FrameScan::Complete(len) => {
+                    let plaintext = decode_frame(&bytes[at..at + len]).map_err(|_| {
+                        corrupt(path, format!("corrupt Zstandard session log: frame at byte {here} failed validation"))
+                    })?;
+                    if !plaintext.ends_with(b"\n") {
+                        return Err(corrupt(path, format!("corrupt Zstandard session log: complete frame at byte {here} contains a torn JSONL record")));
+                    }
+                    let mut within = 0usize;
+                    for line in plaintext[..plaintext.len() - 1].split(|b| *b == b'\n') {
+                        let loc = EventLoc { record: here, within: within as u32, member: 0 };
+                        scanner.line(line, loc).map_err(|r| match r {
+                            Refusal::Corrupt(m) if m.starts_with("corrupt session log: unparsable") || m.starts_with("corrupt session log: seq gap") => {
+                                corrupt(path, format!("corrupt Zstandard session log: complete frame at byte {here} contains a torn JSONL record"))
+                            }
+                            other => other,
+                        })?;
+                        within += line.len() + 1;
+                    }
+                    at += len;
+                    frames += 1;
+                }
+                FrameScan::Torn => {
+                    let committed = ScanPoint { events: scanner.tail.next_seq(), offset: here, plain: scanner.line_number, frames };
+                    let plaintext = decode_torn_frame(&bytes[at..]);
+                    let mut lenient = LineScanner { tail: TailScanner::new(scanner.tail.next_seq()), line_number: scanner.line_number, sink: scanner.sink, path };
+                    let mut within = 0usize;
+                    let mut rest = &plaintext[..];
+                    while let Some(newline) = rest.iter().position(|b| *b == b'\n') {
+                        let loc = EventLoc { record: here, within: within as u32, member: 0 };
+                        lenient.line(&rest[..newline], loc)?;
+                        within += newline + 1;
+                        rest = &rest[newline + 1..];
+                    }
+                    // Events recovered from the torn frame are shown, but the next scan
+                    // starts again at the torn frame: it may still be being written.
+                    return Ok((committed, ScanEnd::Torn { at: format!("byte {here} (an incomplete final frame)") }));
+                }
+            }
+        }
+    }
+
+    /// The plaintext of the frame starting at `offset` (complete or torn), cached.
+    fn frame_plaintext(&self, path: &Path, offset: u64) -> Result<Vec<u8>, Refusal> {
+        let mut cache = self.frame_cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((cached_path, cached_offset, plaintext)) = cache.as_ref()
+            && cached_path == path
+            && *cached_offset == offset
+        {
+            return Ok(plaintext.clone());
+        }
+        let bytes = read_from(path, offset).map_err(|e| io_refusal(path, e))?;
+        let plaintext = match scan_frame(&bytes) {
+            FrameScan::Complete(len) => decode_frame(&bytes[..len]).map_err(|why| corrupt(path, why))?,
+            FrameScan::Torn => decode_torn_frame(&bytes),
+            FrameScan::Corrupt(why) => return Err(corrupt(path, why)),
+        };
+        *cache = Some((path.to_path_buf(), offset, plaintext.clone()));
+        Ok(plaintext)
+    }
+
+    fn materialise(&self, header: &SessionHeader, events: &[JsonMap], zstd: bool) -> io::Result<PathBuf> {
+        let segment = encode_segment(&header.id).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty session id"))?;
+        let project = self.root.join(project_dir(header.cwd.as_deref()));
+        let session_dir = project.join(&segment);
+        make_private_dir(&project, &self.root)?;
+        make_private_dir(&session_dir, &project)?;
+        let final_path = session_dir.join(if zstd { ZSTD_NAME } else { RAW_NAME });
+        if final_path.exists() {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{} already exists", final_path.display())));
+        }
+        let header_line = format!("{}\n", header.to_jsonl_line());
+        let mut batch = String::new();
+        for record in pack(events, usize::MAX) {
+            batch.push_str(&serde_json::to_string(&record).map_err(io::Error::other)?);
+            batch.push('\n');
+        }
+        let content = if zstd {
+            let mut bytes = encode_frame(header_line.as_bytes())?;
+            bytes.extend(encode_frame(batch.as_bytes())?);
+            bytes
+        } else {
+            format!("{header_line}{batch}").into_bytes()
+        };
+        let tmp = session_dir.join(format!("{}.{}.tmp", final_path.file_name().unwrap_or_default().to_string_lossy(), random_hex(12)));
+        let mut file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        let written = file.write_all(&content).and_then(|_| file.sync_all());
+        drop(file);
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        // A hard link, never a rename: it fails if something got there first.
+        let linked = std::fs::hard_link(&tmp, &final_path);
+        let _ = std::fs::remove_file(&tmp);
+        linked?;
+        File::open(&session_dir)?.sync_all()?;
+        Ok(final_path)
+    }
+}
+
+impl Backend for JsonlStore {
+    fn describe(&self) -> String {
+        format!("JSONL session root {}", self.root.display())
+    }
+
+    fn list(&self) -> Vec<Listing> {
+        let mut out = Vec::new();
+        for (_, project) in Self::subdirs(&self.root) {
+            if let Ok(entries) = std::fs::read_dir(&project) {
+                for entry in entries.flatten() {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+                    let stem = name.strip_suffix(".jsonl.zstd").or_else(|| name.strip_suffix(".jsonl"));
+                    if let (true, Some(stem)) = (is_file, stem) {
+                        out.push(Listing {
+                            id: decode_segment(stem).unwrap_or_else(|| stem.to_string()),
+                            key: SessionKey::File(entry.path()),
+                            header: Err("obsolete flat layout: a session log directly inside a project directory; move it to <project>/<id>/session.jsonl".into()),
+                        });
+                    }
+                }
+            }
+            for (segment, session_dir) in Self::subdirs(&project) {
+                for file in [RAW_NAME, ZSTD_NAME] {
+                    let path = session_dir.join(file);
+                    if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+                        continue;
+                    }
+                    let header = self.read_header(&path).and_then(|h| self.check_identity(&path, &h).map(|_| h));
+                    let id = match &header {
+                        Ok(h) => h.id.clone(),
+                        Err(_) => decode_segment(&segment).unwrap_or_else(|| segment.clone()),
+                    };
+                    out.push(Listing { id, key: SessionKey::File(path), header });
+                }
+            }
+        }
+        out
+    }
+
+    fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal> {
+        let SessionKey::File(path) = key else {
+            return Err(Refusal::Corrupt("not a JSONL session".into()));
+        };
+        self.read_header(path).map_err(|why| corrupt(path, format!("corrupt session log: {why}")))
+    }
+
+    fn revision(&self, key: &SessionKey) -> Result<Revision, Refusal> {
+        let SessionKey::File(path) = key else {
+            return Err(Refusal::Corrupt("not a JSONL session".into()));
+        };
+        let meta = std::fs::metadata(path).map_err(|e| io_refusal(path, e))?;
+        Ok(Revision(format!(
+            "{}:{}:{}:{}.{}:{}.{}",
+            meta.dev(),
+            meta.ino(),
+            meta.size(),
+            meta.mtime(),
+            meta.mtime_nsec(),
+            meta.ctime(),
+            meta.ctime_nsec()
+        )))
+    }
+
+    fn modified(&self, key: &SessionKey) -> Option<std::time::SystemTime> {
+        let SessionKey::File(path) = key else { return None };
+        std::fs::metadata(path).and_then(|m| m.modified()).ok()
+    }
+
+    fn scan(&self, key: &SessionKey, from: &ScanPoint, sink: &mut EventSink) -> Result<(ScanPoint, ScanEnd), Refusal> {
+        let SessionKey::File(path) = key else {
+            return Err(Refusal::Corrupt("not a JSONL session".into()));
+        };
+        if is_zstd(path) { self.scan_zstd(path, from, sink) } else { self.scan_raw(path, from, sink) }
+    }
+
+    fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal> {
+        let SessionKey::File(path) = key else {
+            return Err(Refusal::Corrupt("not a JSONL session".into()));
+        };
+        let line = if is_zstd(path) {
+            let plaintext = self.frame_plaintext(path, loc.record)?;
+            let start = (loc.within as usize).min(plaintext.len());
+            let end = plaintext[start..].iter().position(|b| *b == b'\n').map_or(plaintext.len(), |n| start + n);
+            plaintext[start..end].to_vec()
+        } else {
+            let mut file = File::open(path).map_err(|e| io_refusal(path, e))?;
+            file.seek(SeekFrom::Start(loc.record)).map_err(|e| io_refusal(path, e))?;
+            match read_line(&mut BufReader::new(file), MAX_RECORD_BYTES).map_err(|e| io_refusal(path, e))? {
+                Line::Complete(bytes) => bytes,
+                _ => return Err(corrupt(path, format!("the record at byte {} is gone", loc.record))),
+            }
+        };
+        let events = decode_record(&line).map_err(|_| corrupt(path, format!("the record at byte {} no longer decodes", loc.record)))?;
+        events
+            .into_iter()
+            .nth(loc.member as usize)
+            .ok_or_else(|| corrupt(path, format!("the record at byte {} has no member {}", loc.record, loc.member)))
+    }
+
+    fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> io::Result<SessionKey> {
+        if self.contains(&header.id) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("session {:?} already exists in the store", header.id)));
+        }
+        // New sessions take the store's encoding: zstd (the Harness default) unless
+        // the root holds only raw logs.
+        let listed = self.list();
+        let any_raw = listed.iter().any(|l| matches!(&l.key, SessionKey::File(p) if !is_zstd(p)));
+        let any_zstd = listed.iter().any(|l| matches!(&l.key, SessionKey::File(p) if is_zstd(p)));
+        let zstd = any_zstd || !any_raw;
+        self.materialise(header, events, zstd).map(SessionKey::File)
+    }
+
+    fn contains(&self, id: &str) -> bool {
+        let Some(segment) = encode_segment(id) else {
+            return false;
+        };
+        Self::subdirs(&self.root).iter().any(|(_, project)| {
+            let dir = project.join(&segment);
+            dir.join(RAW_NAME).exists() || dir.join(ZSTD_NAME).exists()
+        })
+    }
+}
+
+enum Line {
+    Complete(Vec<u8>),
+    /// Bytes after the last newline: a record still being written, or torn.
+    Partial,
+    TooLong,
+    End,
+}
+
+fn read_line(reader: &mut impl BufRead, limit: usize) -> io::Result<Line> {
+    let mut line = Vec::new();
+    loop {
+        let buffer = reader.fill_buf()?;
+        if buffer.is_empty() {
+            return Ok(if line.is_empty() { Line::End } else { Line::Partial });
+        }
+        match buffer.iter().position(|b| *b == b'\n') {
+            Some(newline) => {
+                line.extend_from_slice(&buffer[..newline]);
+                reader.consume(newline + 1);
+                return Ok(if line.len() > limit { Line::TooLong } else { Line::Complete(line) });
+            }
+            None => {
+                let len = buffer.len();
+                line.extend_from_slice(buffer);
+                reader.consume(len);
+                if line.len() > limit {
+                    return Ok(Line::TooLong);
+                }
+            }
+        }
+    }
+}
+
+fn read_raw_header(path: &Path) -> Result<Vec<u8>, String> {
+    let file = File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    match read_line(&mut BufReader::with_capacity(8 << 10, file), MAX_HEADER_BYTES).map_err(|e| format!("cannot read: {e}"))? {
+        Line::Complete(line) => Ok(line),
+        Line::TooLong => Err("first line is longer than a header line can be".into()),
+        _ => Err("empty or header-less session log (no complete first line yet)".into()),
+    }
+}
+
+/// Reads only the first frame, in 8 KiB steps, and applies the header-frame rule.
+fn read_zstd_header(path: &Path) -> Result<Vec<u8>, String> {
+    let mut file = File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 8 << 10];
+    loop {
+        match scan_frame(&bytes) {
+            FrameScan::Complete(len) => return decode_header_frame(&bytes[..len]),
+            FrameScan::Corrupt(why) => return Err(format!("first frame is not a zstd frame: {why}")),
+            FrameScan::Torn if bytes.len() > MAX_HEADER_BYTES => return Err("first frame is larger than a header frame can be".into()),
+            FrameScan::Torn => {
+                let n = file.read(&mut chunk).map_err(|e| format!("cannot read: {e}"))?;
+                if n == 0 {
+                    return Err("empty or header-less Zstandard session log (the first frame is incomplete)".into());
+                }
+                bytes.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
+}
+
+/// Frame 0 holds exactly the header line and its newline.
+fn decode_header_frame(frame: &[u8]) -> Result<Vec<u8>, String> {
+    let mut plaintext = decode_frame(frame).map_err(|_| "corrupt Zstandard session log: frame at byte 0 failed validation".to_string())?;
+    if plaintext.last() != Some(&b'\n') || plaintext.iter().filter(|b| **b == b'\n').count() != 1 {
+        return Err("corrupt Zstandard session log: first frame is not exactly one header line".into());
+    }
+    plaintext.pop();
+    Ok(plaintext)
+}
+
+fn read_from(path: &Path, offset: u64) -> io::Result<Vec<u8>> {
+    let mut file = File::open(path)?;
+    file.seek(SeekFrom::Start(offset))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// `mkdir` with mode 0700, then fsync the parent so the new entry is durable.
+fn make_private_dir(dir: &Path, parent: &Path) -> io::Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => File::open(parent)?.sync_all(),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+
+/// Lowercase hex from the kernel's random source.
+pub fn random_hex(chars: usize) -> String {
+    let mut bytes = vec![0u8; chars.div_ceil(2)];
+    if File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).is_err() {
+        // Fall back to time and pid: unique enough for a temp file name.
+        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos()
+            ^ u128::from(std::process::id());
+        bytes.iter_mut().enumerate().for_each(|(i, b)| *b = (seed >> ((i % 16) * 8)) as u8);
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()[..chars].to_string()
+}

@@ -1,0 +1,81 @@
+//! Sessions that exist only in memory: fork children accepted by sessionfs whose
+//! write-behind window has not closed yet. They are served exactly like stored
+//! sessions until they are durable.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use crate::json::JsonMap;
+use crate::model::Refusal;
+use crate::model::header::SessionHeader;
+use crate::store::{Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey};
+
+#[derive(Default)]
+pub struct MemoryStore {
+    sessions: RwLock<HashMap<String, (SessionHeader, Vec<JsonMap>)>>,
+}
+
+impl MemoryStore {
+    pub fn insert(&self, header: SessionHeader, events: Vec<JsonMap>) {
+        let mut sessions = self.sessions.write().unwrap_or_else(|p| p.into_inner());
+        sessions.insert(header.id.clone(), (header, events));
+    }
+
+    pub fn remove(&self, id: &str) {
+        self.sessions.write().unwrap_or_else(|p| p.into_inner()).remove(id);
+    }
+
+    fn with<T>(&self, key: &SessionKey, f: impl FnOnce(&SessionHeader, &[JsonMap]) -> T) -> Result<T, Refusal> {
+        let SessionKey::Row(id) = key else {
+            return Err(Refusal::Corrupt("not a pending session".into()));
+        };
+        let sessions = self.sessions.read().unwrap_or_else(|p| p.into_inner());
+        let (header, events) = sessions.get(id).ok_or_else(|| Refusal::Corrupt(format!("pending session {id:?} is gone")))?;
+        Ok(f(header, events))
+    }
+}
+
+impl Backend for MemoryStore {
+    fn describe(&self) -> String {
+        "sessions pending in memory".into()
+    }
+
+    fn list(&self) -> Vec<Listing> {
+        let sessions = self.sessions.read().unwrap_or_else(|p| p.into_inner());
+        sessions
+            .iter()
+            .map(|(id, (header, _))| Listing { id: id.clone(), key: SessionKey::Row(id.clone()), header: Ok(header.clone()) })
+            .collect()
+    }
+
+    fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal> {
+        self.with(key, |header, _| header.clone())
+    }
+
+    fn revision(&self, key: &SessionKey) -> Result<Revision, Refusal> {
+        self.with(key, |_, events| Revision(format!("memory:{}", events.len())))
+    }
+
+    fn scan(&self, key: &SessionKey, from: &ScanPoint, sink: &mut EventSink) -> Result<(ScanPoint, ScanEnd), Refusal> {
+        let events = self.with(key, |_, events| events.to_vec())?;
+        for (seq, event) in events.into_iter().enumerate().skip(from.events as usize) {
+            sink(EventLoc { record: seq as u64, within: 0, member: 0 }, event)?;
+        }
+        let count = self.with(key, |_, events| events.len() as u64)?;
+        Ok((ScanPoint { events: count, offset: count, ..ScanPoint::default() }, ScanEnd::Complete))
+    }
+
+    fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal> {
+        self.with(key, |_, events| events.get(loc.record as usize).cloned())?
+            .ok_or_else(|| Refusal::Corrupt(format!("pending session has no event {}", loc.record)))
+    }
+
+    fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> std::io::Result<SessionKey> {
+        self.insert(header.clone(), events.to_vec());
+        Ok(SessionKey::Row(header.id.clone()))
+    }
+
+    fn contains(&self, id: &str) -> bool {
+        self.sessions.read().unwrap_or_else(|p| p.into_inner()).contains_key(id)
+    }
+}

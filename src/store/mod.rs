@@ -1,0 +1,157 @@
+//! Store backends: the Harness's on-disk formats turned into logical events.
+//! Nothing here knows about FUSE.
+//!
+//! A backend lists sessions from their headers alone, scans one session's stored
+//! events in order (resumably, so a growing log is continued rather than
+//! re-read), fetches one event again by its location, and writes fork children.
+
+pub mod jsonl;
+pub mod memory;
+pub mod sqlite;
+pub mod tail;
+pub mod zstd_frames;
+
+use std::path::{Path, PathBuf};
+
+use crate::json::JsonMap;
+use crate::model::Refusal;
+use crate::model::header::SessionHeader;
+
+/// The on-disk encodings sessionfs reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    Jsonl,
+    JsonlZstd,
+    Sqlite14,
+    Sqlite17,
+}
+
+impl Encoding {
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoding::Jsonl => "jsonl",
+            Encoding::JsonlZstd => "jsonl-zstd",
+            Encoding::Sqlite14 => "sqlite (schema 14)",
+            Encoding::Sqlite17 => "sqlite (schema 17)",
+        }
+    }
+}
+
+/// How a backend finds one session again.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SessionKey {
+    /// A JSONL artifact (`session.jsonl` or `session.jsonl.zstd`).
+    File(PathBuf),
+    /// A row of the SQLite `sessions` table.
+    Row(String),
+}
+
+impl SessionKey {
+    /// Where the session is stored, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            SessionKey::File(path) => path.display().to_string(),
+            SessionKey::Row(id) => format!("sessions row {id:?}"),
+        }
+    }
+}
+
+/// One session as listed: its id and the header stored with it.
+#[derive(Clone, Debug)]
+pub struct Listing {
+    /// The session id (from the header when readable, else decoded from the path).
+    pub id: String,
+    pub key: SessionKey,
+    /// The stored header, or why it could not be read.
+    pub header: Result<SessionHeader, String>,
+}
+
+/// A cheap identity of a session's stored bytes: when it is unchanged, nothing was
+/// appended (JSONL: dev, inode, size, mtime, ctime; SQLite: incarnation, revision).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Revision(pub String);
+
+/// Where one logical event is stored, so it can be read again alone.
+/// `record` is the line's byte offset (raw JSONL), the frame's byte offset (zstd)
+/// or the row's first seq (SQLite); `within` is the line's offset inside the
+/// frame's plaintext (zstd only); `member` is the event's index in a packed row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventLoc {
+    pub record: u64,
+    pub within: u32,
+    pub member: u32,
+}
+
+/// Where a scan stopped, so the next scan of a growing log starts there.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScanPoint {
+    /// Events kept so far (the next expected seq).
+    pub events: u64,
+    /// Backend position: the committed byte offset in the file (JSONL, zstd) or
+    /// the next row seq (SQLite).
+    pub offset: u64,
+    /// Plaintext bytes consumed so far (zstd) or lines after the header (JSONL).
+    pub plain: u64,
+    /// Complete frames consumed (zstd).
+    pub frames: u64,
+}
+
+/// How a scan ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScanEnd {
+    /// Every stored byte was accepted.
+    Complete,
+    /// A tail that was never completely written was left out (it is not an error:
+    /// a crash, or a write still in progress).
+    Torn { at: String },
+}
+
+/// Receives the stored events of a scan, in seq order.
+pub type EventSink<'a> = dyn FnMut(EventLoc, JsonMap) -> Result<(), Refusal> + 'a;
+
+/// A store: one root directory of JSONL artifacts, or one SQLite database.
+pub trait Backend: Send + Sync {
+    /// The encoding(s) this store holds, for messages.
+    fn describe(&self) -> String;
+
+    /// Every session, from headers alone (never whole logs).
+    fn list(&self) -> Vec<Listing>;
+
+    /// The header of one session, reading only its header.
+    fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal>;
+
+    /// The current revision of one session's stored bytes.
+    fn revision(&self, key: &SessionKey) -> Result<Revision, Refusal>;
+
+    /// When the session's stored bytes were last modified, where the store knows.
+    fn modified(&self, _key: &SessionKey) -> Option<std::time::SystemTime> {
+        None
+    }
+
+    /// Scans stored events from `from` on, handing each to `sink`, and returns
+    /// where it stopped. Corrupt committed data or an unreadable format is a refusal.
+    fn scan(&self, key: &SessionKey, from: &ScanPoint, sink: &mut EventSink) -> Result<(ScanPoint, ScanEnd), Refusal>;
+
+    /// Reads one stored event again.
+    fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal>;
+
+    /// Writes a new session (a fork child) atomically in the store's own encoding.
+    /// Fails with `AlreadyExists` when the id is taken anywhere in the store.
+    fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> std::io::Result<SessionKey>;
+
+    /// True when `id` names a session anywhere in the store.
+    fn contains(&self, id: &str) -> bool;
+}
+
+/// Opens a store, detecting its kind: a directory of JSONL sessions (raw, zstd or
+/// both), or an SQLite database file.
+pub fn open(path: &Path) -> Result<Box<dyn Backend>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot open store {}: {e}", path.display()))?;
+    if meta.is_dir() {
+        return Ok(Box::new(jsonl::JsonlStore::open(path)?));
+    }
+    if meta.is_file() {
+        return Ok(Box::new(sqlite::SqliteStore::open(path)?));
+    }
+    Err(format!("store {} is neither a directory of JSONL sessions nor an SQLite file", path.display()))
+}

@@ -1,0 +1,113 @@
+//! The torn-tail rule shared by every backend (spec §8.3): a record that fails
+//! to decode, or breaks seq contiguity, starts a tail that is dropped, unless a
+//! later record decodes to a `turn/end`, which proves the region was committed
+//! and makes the log corrupt.
+
+use serde_json::Value;
+
+use crate::json::{JsonMap, non_negative_safe_integer};
+use crate::model::Refusal;
+
+#[derive(Clone, Debug)]
+pub struct TailScanner {
+    next_seq: u64,
+    issue: Option<String>,
+    /// zstd frames are checksummed: any defect inside them is corruption.
+    strict: bool,
+}
+
+/// A record as the backend decoded it.
+pub enum Decoded {
+    Events(Vec<JsonMap>),
+    /// The record does not parse or decode; the message says where, for the
+    /// case that a later `turn/end` proves it committed.
+    Bad(String),
+}
+
+impl TailScanner {
+    pub fn new(next_seq: u64) -> TailScanner {
+        TailScanner { next_seq, issue: None, strict: false }
+    }
+
+    pub fn strict(next_seq: u64) -> TailScanner {
+        TailScanner { next_seq, issue: None, strict: true }
+    }
+
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The defect that started the torn tail, if any.
+    pub fn issue(&self) -> Option<&str> {
+        self.issue.as_deref()
+    }
+
+    /// Feeds one record; returns the events to keep, or `None` once the tail started.
+    pub fn feed(&mut self, record: Decoded, gap_message: impl FnOnce() -> String) -> Result<Option<Vec<JsonMap>>, Refusal> {
+        if let Some(issue) = &self.issue {
+            return match record {
+                Decoded::Events(events) if has_turn_end(&events) => Err(Refusal::Corrupt(issue.clone())),
+                _ => Ok(None),
+            };
+        }
+        let events = match record {
+            Decoded::Bad(message) => return self.start_tail(message),
+            Decoded::Events(events) => events,
+        };
+        let contiguous = events
+            .iter()
+            .enumerate()
+            .all(|(k, e)| e.get("seq").and_then(non_negative_safe_integer) == Some(self.next_seq + k as u64));
+        if !contiguous {
+            let message = gap_message();
+            if has_turn_end(&events) {
+                return Err(Refusal::Corrupt(message));
+            }
+            return self.start_tail(message);
+        }
+        self.next_seq += events.len() as u64;
+        Ok(Some(events))
+    }
+
+    fn start_tail(&mut self, message: String) -> Result<Option<Vec<JsonMap>>, Refusal> {
+        if self.strict {
+            return Err(Refusal::Corrupt(message));
+        }
+        self.issue = Some(message);
+        Ok(None)
+    }
+}
+
+fn has_turn_end(events: &[JsonMap]) -> bool {
+    events.iter().any(|e| e.get("type").and_then(Value::as_str) == Some("turn/end"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(seq: u64, t: &str) -> JsonMap {
+        serde_json::from_str(&format!(r#"{{"type":"{t}","seq":{seq},"time":0,"data":{{}}}}"#)).unwrap()
+    }
+
+    #[test]
+    fn a_defect_is_torn_unless_a_turn_end_follows() {
+        let mut scan = TailScanner::new(0);
+        assert!(scan.feed(Decoded::Events(vec![ev(0, "turn/start")]), String::new).unwrap().is_some());
+        assert!(scan.feed(Decoded::Bad("bad at line 2".into()), String::new).unwrap().is_none());
+        assert!(scan.feed(Decoded::Events(vec![ev(2, "step/end")]), String::new).unwrap().is_none());
+        assert_eq!(scan.issue(), Some("bad at line 2"));
+        let err = scan.feed(Decoded::Events(vec![ev(3, "turn/end")]), String::new).unwrap_err();
+        assert_eq!(err, Refusal::Corrupt("bad at line 2".into()));
+    }
+
+    #[test]
+    fn a_seq_gap_with_a_turn_end_fails_at_once() {
+        let mut scan = TailScanner::new(0);
+        assert!(scan.feed(Decoded::Events(vec![ev(1, "turn/end")]), || "gap".into()).is_err());
+        let mut scan = TailScanner::new(0);
+        assert!(scan.feed(Decoded::Events(vec![ev(1, "step/end")]), || "gap".into()).unwrap().is_none());
+        let mut strict = TailScanner::strict(0);
+        assert!(strict.feed(Decoded::Bad("x".into()), String::new).is_err());
+    }
+}

@@ -1,0 +1,168 @@
+//! The zstd container of a `session.jsonl.zstd` artifact (spec §10.6): a plain
+//! concatenation of standard frames, scanned structurally (nothing is
+//! decompressed) so that a torn final frame is told apart from corruption.
+
+use std::io::Read;
+
+pub const FRAME_MAGIC: u32 = 0xFD2F_B528;
+
+/// The largest plaintext one frame may decode to. A frame that claims or yields
+/// more is refused rather than allowed to exhaust memory.
+pub const MAX_FRAME_PLAINTEXT: usize = 256 << 20;
+
+/// One step of the structural scan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FrameScan {
+    /// A complete frame of this many bytes starts here.
+    Complete(usize),
+    /// The bytes from here to the end are an incomplete (torn) frame.
+    Torn,
+    /// The bytes here are not a zstd frame.
+    Corrupt(String),
+}
+
+/// Scans the frame starting at `bytes[0]`.
+pub fn scan_frame(bytes: &[u8]) -> FrameScan {
+    if bytes.len() < 4 {
+        return FrameScan::Torn;
+    }
+    let magic = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    if magic != FRAME_MAGIC {
+        return FrameScan::Corrupt(format!("invalid frame magic {magic:#010x}"));
+    }
+    let Some(&descriptor) = bytes.get(4) else {
+        return FrameScan::Torn;
+    };
+    if descriptor & 0x18 != 0 {
+        return FrameScan::Corrupt(format!("reserved bits set in frame header descriptor {descriptor:#04x}"));
+    }
+    let single_segment = descriptor & 0x20 != 0;
+    let dictionary_bytes = [0, 1, 2, 4][(descriptor & 0x03) as usize];
+    let content_size_bytes = match descriptor >> 6 {
+        0 if single_segment => 1,
+        0 => 0,
+        1 => 2,
+        2 => 4,
+        _ => 8,
+    };
+    let header_len = 5 + usize::from(!single_segment) + dictionary_bytes + content_size_bytes;
+    if bytes.len() < header_len {
+        return FrameScan::Torn;
+    }
+    let mut at = header_len;
+    loop {
+        let Some(block_header) = bytes.get(at..at + 3) else {
+            return FrameScan::Torn;
+        };
+        let raw = u32::from(block_header[0]) | u32::from(block_header[1]) << 8 | u32::from(block_header[2]) << 16;
+        let last = raw & 1 != 0;
+        let block_type = (raw >> 1) & 3;
+        let size = (raw >> 3) as usize;
+        let payload = match block_type {
+            0 | 2 => size,
+            1 => 1,
+            _ => return FrameScan::Corrupt(format!("reserved block type at frame offset {at}")),
+        };
+        at += 3 + payload;
+        if bytes.len() < at {
+            return FrameScan::Torn;
+        }
+        if last {
+            break;
+        }
+    }
+    if descriptor & 0x04 != 0 {
+        at += 4;
+        if bytes.len() < at {
+            return FrameScan::Torn;
+        }
+    }
+    FrameScan::Complete(at)
+}
+
+/// Decompresses one complete frame, verifying its checksum.
+pub fn decode_frame(frame: &[u8]) -> Result<Vec<u8>, String> {
+    let mut decoder = zstd::stream::read::Decoder::with_buffer(frame).map_err(|e| e.to_string())?.single_frame();
+    let mut out = Vec::new();
+    let read = decoder.by_ref().take(MAX_FRAME_PLAINTEXT as u64 + 1).read_to_end(&mut out);
+    match read {
+        Ok(_) if out.len() > MAX_FRAME_PLAINTEXT => Err(format!("frame decodes to more than {MAX_FRAME_PLAINTEXT} bytes")),
+        Ok(_) => Ok(out),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Decodes as much of a torn final frame as its complete blocks allow (spec §10.6
+/// step 5): a flush, not a finish, so a missing end or checksum is not an error.
+pub fn decode_torn_frame(frame: &[u8]) -> Vec<u8> {
+    use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
+    let Ok(mut decoder) = Decoder::new() else {
+        return Vec::new();
+    };
+    let mut input = InBuffer::around(frame);
+    let mut out = Vec::new();
+    let mut chunk = vec![0u8; 128 << 10];
+    loop {
+        let mut output = OutBuffer::around(&mut chunk[..]);
+        match decoder.run(&mut input, &mut output) {
+            Ok(_) => {
+                let produced = output.pos();
+                out.extend_from_slice(&chunk[..produced]);
+                if out.len() > MAX_FRAME_PLAINTEXT {
+                    out.truncate(MAX_FRAME_PLAINTEXT);
+                    return out;
+                }
+                if produced == 0 && input.pos() == frame.len() {
+                    return out;
+                }
+                if produced == 0 && input.pos() < frame.len() {
+                    continue;
+                }
+            }
+            Err(_) => return out,
+        }
+    }
+}
+
+/// Encodes one frame as the Harness does: level 3, content checksum on.
+pub fn encode_frame(plaintext: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut encoder = zstd::bulk::Compressor::new(3)?;
+    encoder.include_checksum(true)?;
+    encoder.include_contentsize(false)?;
+    encoder.compress(plaintext)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scans_encodes_and_decodes_frames() {
+        let frame = encode_frame(b"hello\n").unwrap();
+        assert_eq!(frame[4], 0x04, "checksum on, no content size, as the Harness writes");
+        assert_eq!(scan_frame(&frame), FrameScan::Complete(frame.len()));
+        assert_eq!(decode_frame(&frame).unwrap(), b"hello\n");
+        for cut in 0..frame.len() {
+            assert_eq!(scan_frame(&frame[..cut]), FrameScan::Torn, "cut at {cut}");
+        }
+        assert!(matches!(scan_frame(b"abcdefgh"), FrameScan::Corrupt(_)));
+        let mut skippable = 0x184D2A50u32.to_le_bytes().to_vec();
+        skippable.extend([0, 0, 0, 0]);
+        assert!(matches!(scan_frame(&skippable), FrameScan::Corrupt(_)));
+    }
+
+    #[test]
+    fn a_bad_checksum_fails_and_a_torn_frame_yields_complete_blocks() {
+        let mut frame = encode_frame(&vec![b'a'; 1000]).unwrap();
+        let last = frame.len() - 4;
+        frame[last] ^= 1;
+        assert!(decode_frame(&frame).is_err());
+        let text: Vec<u8> = (0..400_000u32).flat_map(|i| format!("{i}\n").into_bytes()).collect();
+        let big = encode_frame(&text).unwrap();
+        let torn = &big[..big.len() / 2];
+        assert_eq!(scan_frame(torn), FrameScan::Torn);
+        let partial = decode_torn_frame(torn);
+        assert!(!partial.is_empty() && partial.len() < text.len());
+        assert_eq!(&text[..partial.len()], &partial[..]);
+    }
+}

@@ -1,0 +1,469 @@
+//! One session's indexed state and the bytes of its generated files.
+//!
+//! A session is read in one streaming pass: each stored event is checked and
+//! folded, its location and a few facts are kept (not the event itself), and the
+//! transcript is rendered as it goes. A growing log is continued from where the
+//! last pass stopped. Other files are rendered on demand from the index,
+//! fetching the events they need, and cached until the session changes.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use crate::json::{JsonMap, safe_integer};
+use crate::model::Refusal;
+use crate::model::fold::SessionFold;
+use crate::model::header::SessionHeader;
+use crate::model::surface::SurfaceEffect;
+use crate::render::transcript::TranscriptWriter;
+use crate::render::{Standing, event_file, header_json, index_line, surface_line};
+use crate::store::{Backend, EventLoc, Listing, Revision, ScanEnd, ScanPoint, SessionKey};
+
+/// Bytes of a generated file as of one moment. `lineage` stays the same while the
+/// file only grows, so an open handle may follow appends (`tail -f`) yet never
+/// sees a rewritten file change under it.
+#[derive(Clone, Debug)]
+pub struct Content {
+    pub bytes: Arc<Vec<u8>>,
+    pub lineage: u64,
+}
+
+/// The generated files of a readable session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ViewFile {
+    Header,
+    Surface,
+    Transcript,
+    Index,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct EventMeta {
+    loc: EventLoc,
+    time: i64,
+    type_id: u32,
+}
+
+/// Why a session is shown without its derived views.
+#[derive(Clone, Debug)]
+pub struct Unreadable {
+    pub header: Option<SessionHeader>,
+    pub reason: Refusal,
+}
+
+pub struct Indexed {
+    header: SessionHeader,
+    fold: SessionFold,
+    point: ScanPoint,
+    /// False when the last scan folded events recovered from a torn tail that a
+    /// later scan will read again: the next change then re-reads from the start.
+    resumable: bool,
+    torn: Option<String>,
+    events: Vec<EventMeta>,
+    types: Vec<String>,
+    transcript: TranscriptWriter,
+    /// Synthetic closers, present while the log ends inside a turn and is quiet.
+    closers: Vec<JsonMap>,
+    cache: Vec<(ViewFile, Content)>,
+    /// Bumped whenever a file is rewritten rather than extended.
+    lineage: u64,
+}
+
+pub enum State {
+    Indexed(Box<Indexed>),
+    Unreadable(Unreadable),
+}
+
+/// A session as the filesystem shows it.
+pub struct SessionView {
+    pub id: String,
+    pub key: SessionKey,
+    revision: Option<Revision>,
+    /// When the stored bytes last changed, as far as we know: a session is only
+    /// repaired after it has been quiet for the grace period.
+    changed_at: SystemTime,
+    grace: Duration,
+    state: State,
+}
+
+impl SessionView {
+    /// Reads and indexes a listed session.
+    pub fn load(backend: &dyn Backend, listing: &Listing, grace: Duration) -> SessionView {
+        let mut view = SessionView {
+            id: listing.id.clone(),
+            key: listing.key.clone(),
+            revision: None,
+            changed_at: backend.modified(&listing.key).unwrap_or_else(SystemTime::now),
+            grace,
+            state: State::Unreadable(Unreadable { header: None, reason: Refusal::Corrupt("not read yet".into()) }),
+        };
+        view.state = match &listing.header {
+            Err(why) => State::Unreadable(Unreadable {
+                header: None,
+                reason: Refusal::Corrupt(format!("{why} ({})", listing.key.describe())),
+            }),
+            Ok(_) => view.rebuild(backend),
+        };
+        view
+    }
+
+    /// A session that cannot be shown for a reason found outside its log (e.g. a
+    /// duplicate id).
+    pub fn refused(listing: &Listing, reason: Refusal) -> SessionView {
+        SessionView {
+            id: listing.id.clone(),
+            key: listing.key.clone(),
+            revision: None,
+            changed_at: SystemTime::now(),
+            grace: Duration::ZERO,
+            state: State::Unreadable(Unreadable { header: listing.header.as_ref().ok().cloned(), reason }),
+        }
+    }
+
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    pub fn header(&self) -> Option<&SessionHeader> {
+        match &self.state {
+            State::Indexed(indexed) => Some(&indexed.header),
+            State::Unreadable(u) => u.header.as_ref(),
+        }
+    }
+
+    /// Approximate memory held by this view, for the cache budget.
+    pub fn memory(&self) -> usize {
+        match &self.state {
+            State::Indexed(i) => {
+                i.events.len() * std::mem::size_of::<EventMeta>()
+                    + i.transcript.bytes().len()
+                    + i.cache.iter().map(|(_, c)| c.bytes.len()).sum::<usize>()
+            }
+            State::Unreadable(_) => 0,
+        }
+    }
+
+    /// Reads the whole session again from the start.
+    fn rebuild(&mut self, backend: &dyn Backend) -> State {
+        self.revision = backend.revision(&self.key).ok();
+        let header = match backend.header(&self.key) {
+            Ok(header) => header,
+            Err(reason) => return State::Unreadable(Unreadable { header: None, reason }),
+        };
+        let fold = match SessionFold::new(&header, &self.id) {
+            Ok(fold) => fold,
+            Err(reason) => {
+                return State::Unreadable(Unreadable { header: Some(header), reason: with_location(reason, &self.key) });
+            }
+        };
+        let mut indexed = Box::new(Indexed {
+            header,
+            fold,
+            point: ScanPoint::default(),
+            resumable: true,
+            torn: None,
+            events: Vec::new(),
+            types: Vec::new(),
+            transcript: TranscriptWriter::new(&self.id),
+            closers: Vec::new(),
+            cache: Vec::new(),
+            lineage: 0,
+        });
+        match indexed.extend(backend, &self.key) {
+            Ok(()) => {
+                indexed.settle(self.quiet());
+                State::Indexed(indexed)
+            }
+            Err(reason) => {
+                State::Unreadable(Unreadable { header: Some(indexed.header), reason: with_location(reason, &self.key) })
+            }
+        }
+    }
+
+    fn quiet(&self) -> bool {
+        SystemTime::now().duration_since(self.changed_at).unwrap_or_default() >= self.grace
+    }
+
+    /// Follows the store: continues a grown log from where the last pass stopped,
+    /// re-reads it when it changed otherwise, and closes or reopens the last turn
+    /// as the session goes quiet or is written again. Returns true when any file
+    /// of the session changed.
+    pub fn refresh(&mut self, backend: &dyn Backend) -> bool {
+        let revision = backend.revision(&self.key).ok();
+        let stored_changed = revision != self.revision;
+        if stored_changed {
+            self.changed_at = SystemTime::now();
+            let continued = match &mut self.state {
+                State::Indexed(indexed) if indexed.resumable => {
+                    let before = indexed.events.len();
+                    let extended = indexed.extend(backend, &self.key).is_ok();
+                    if extended && indexed.events.len() != before {
+                        indexed.changed(false);
+                    }
+                    extended
+                }
+                _ => false,
+            };
+            if continued {
+                self.revision = revision;
+            } else {
+                self.state = self.rebuild(backend);
+            }
+        }
+        let quiet = self.quiet();
+        match &mut self.state {
+            State::Indexed(indexed) => indexed.settle(quiet) || stored_changed,
+            State::Unreadable(_) => stored_changed,
+        }
+    }
+
+    /// Number of entries in `events/` (stored events plus synthetic closers).
+    pub fn event_count(&self) -> u64 {
+        match &self.state {
+            State::Indexed(i) => (i.events.len() + i.closers.len()) as u64,
+            State::Unreadable(_) => 0,
+        }
+    }
+
+    /// The modification time of the session's files: the time of its last event.
+    pub fn mtime(&self) -> SystemTime {
+        let ms = match &self.state {
+            State::Indexed(i) => i.fold.last_time().unwrap_or(i.header.created_at),
+            State::Unreadable(u) => u.header.as_ref().map_or(0, |h| h.created_at),
+        };
+        SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    }
+
+    pub fn indexed(&self) -> Option<&Indexed> {
+        match &self.state {
+            State::Indexed(i) => Some(i),
+            State::Unreadable(_) => None,
+        }
+    }
+
+    pub fn indexed_mut(&mut self) -> Option<&mut Indexed> {
+        match &mut self.state {
+            State::Indexed(i) => Some(i),
+            State::Unreadable(_) => None,
+        }
+    }
+
+    /// The `error` file of an unreadable session: what is wrong and what to do.
+    pub fn error_text(&self) -> Option<Vec<u8>> {
+        let State::Unreadable(u) = &self.state else {
+            return None;
+        };
+        let advice = match &u.reason {
+            Refusal::Unsupported(_) => {
+                "The log is intact, but this sessionfs reads only log format v0 and the event types it knows; open it with a newer harness."
+            }
+            Refusal::Corrupt(_) => {
+                "The stored log is damaged where it was already committed, so sessionfs shows no view of it rather than a wrong one; restore the file from a backup or inspect it by hand."
+            }
+        };
+        Some(format!("{}\n{advice}\n", u.reason.message()).into_bytes())
+    }
+}
+
+fn with_location(reason: Refusal, key: &SessionKey) -> Refusal {
+    let located = |m: String| {
+        if m.contains("(raw log: ") || matches!(key, SessionKey::Row(_)) { m } else { format!("{m} (raw log: {})", key.describe()) }
+    };
+    match reason {
+        Refusal::Corrupt(m) => Refusal::Corrupt(located(m)),
+        Refusal::Unsupported(m) => Refusal::Unsupported(located(m)),
+    }
+}
+
+impl Indexed {
+    pub fn header(&self) -> &SessionHeader {
+        &self.header
+    }
+
+    pub fn fold(&self) -> &SessionFold {
+        &self.fold
+    }
+
+    pub fn stored_count(&self) -> u64 {
+        self.events.len() as u64
+    }
+
+    pub fn torn(&self) -> Option<&str> {
+        self.torn.as_deref()
+    }
+
+    pub fn closers(&self) -> &[JsonMap] {
+        &self.closers
+    }
+
+    /// Reads stored events past the last scan point and folds them.
+    fn extend(&mut self, backend: &dyn Backend, key: &SessionKey) -> Result<(), Refusal> {
+        let Indexed { fold, events, types, transcript, .. } = self;
+        let mut sink = |loc: EventLoc, event: JsonMap| -> Result<(), Refusal> {
+            let effect = fold.observe(&event)?;
+            transcript.event(&event, &effect, false);
+            let event_type = event.get("type").and_then(Value::as_str).unwrap_or_default();
+            let type_id = match types.iter().position(|t| t == event_type) {
+                Some(id) => id,
+                None => {
+                    types.push(event_type.to_string());
+                    types.len() - 1
+                }
+            } as u32;
+            let time = event.get("time").and_then(safe_integer).unwrap_or_default();
+            events.push(EventMeta { loc, time, type_id });
+            Ok(())
+        };
+        let (point, end) = backend.scan(key, &self.point, &mut sink)?;
+        self.point = point;
+        self.resumable = self.events.len() as u64 == self.point.events;
+        self.torn = match end {
+            ScanEnd::Complete => None,
+            ScanEnd::Torn { at } => Some(at),
+        };
+        Ok(())
+    }
+
+    /// Computes the closers for the current quiet state; true when they changed.
+    fn settle(&mut self, quiet: bool) -> bool {
+        let closers = if quiet { self.fold.repair().closers() } else { Vec::new() };
+        if closers == self.closers {
+            return false;
+        }
+        let removed = !self.closers.is_empty();
+        self.closers = closers;
+        self.changed(removed);
+        true
+    }
+
+    /// Drops cached files; `rewritten` when content was replaced, not extended.
+    fn changed(&mut self, rewritten: bool) {
+        self.cache.clear();
+        if rewritten {
+            self.lineage += 1;
+        }
+    }
+
+    /// The type of event `i` (stored or synthetic).
+    pub fn event_type(&self, i: u64) -> Option<&str> {
+        let stored = self.events.len() as u64;
+        if i < stored {
+            return Some(&self.types[self.events[i as usize].type_id as usize]);
+        }
+        self.closers.get((i - stored) as usize).and_then(|c| c.get("type")).and_then(Value::as_str)
+    }
+
+    pub fn is_synthetic(&self, i: u64) -> bool {
+        i >= self.events.len() as u64
+    }
+
+    /// The file name of event `i` in `events/`.
+    pub fn event_name(&self, i: u64) -> Option<String> {
+        self.event_type(i).map(|t| event_file::file_name(i, t, self.is_synthetic(i)))
+    }
+
+    /// Event `i` itself (fetched from the store, or a synthetic closer).
+    pub fn event(&self, backend: &dyn Backend, key: &SessionKey, i: u64) -> Result<JsonMap, Refusal> {
+        let stored = self.events.len() as u64;
+        if i < stored {
+            return backend.fetch(key, self.events[i as usize].loc);
+        }
+        self.closers.get((i - stored) as usize).cloned().ok_or_else(|| Refusal::Corrupt(format!("no event {i}")))
+    }
+
+    /// The time of event `i`, in Unix milliseconds.
+    pub fn event_time(&self, i: u64) -> Option<i64> {
+        match self.events.get(i as usize) {
+            Some(meta) => Some(meta.time),
+            None => self.closers.get(i as usize - self.events.len()).and_then(|c| c.get("time")).and_then(safe_integer),
+        }
+    }
+
+    /// A generated file's bytes, rendered once per change of the session.
+    pub fn file(&mut self, backend: &dyn Backend, key: &SessionKey, which: ViewFile) -> Result<Content, Refusal> {
+        if let Some((_, content)) = self.cache.iter().find(|(f, _)| *f == which) {
+            return Ok(content.clone());
+        }
+        let bytes = match which {
+            ViewFile::Header => header_json(&self.header, Some(&self.fold)),
+            ViewFile::Transcript => self.transcript_bytes(),
+            ViewFile::Surface => self.surface_bytes(backend, key)?,
+            ViewFile::Index => self.index_bytes(backend, key)?,
+        };
+        // The surface is rewritten, not extended, whenever a replacement lands.
+        let lineage = match which {
+            ViewFile::Surface => self.lineage + (self.fold.surface().replace_generation() << 32),
+            _ => self.lineage,
+        };
+        let content = Content { bytes: Arc::new(bytes), lineage };
+        self.cache.push((which, content.clone()));
+        Ok(content)
+    }
+
+    fn transcript_bytes(&self) -> Vec<u8> {
+        let mut bytes = self.transcript.bytes().to_vec();
+        if !self.closers.is_empty() {
+            let mut tail = self.transcript.continuation();
+            for closer in &self.closers {
+                let effect = if closer.contains_key("surfaceOp") { SurfaceEffect::Appended } else { SurfaceEffect::None };
+                tail.event(closer, &effect, true);
+            }
+            bytes.extend_from_slice(tail.bytes());
+        }
+        bytes.extend(self.transcript.unfinished_note());
+        bytes
+    }
+
+    /// Surface nodes in order, including synthetic tool results.
+    fn surface_nodes(&self) -> Vec<u64> {
+        let mut nodes = self.fold.surface().nodes().to_vec();
+        for closer in &self.closers {
+            if closer.contains_key("surfaceOp") {
+                nodes.push(closer.get("seq").and_then(Value::as_u64).unwrap_or_default());
+            }
+        }
+        nodes
+    }
+
+    fn surface_bytes(&self, backend: &dyn Backend, key: &SessionKey) -> Result<Vec<u8>, Refusal> {
+        let mut out = Vec::new();
+        for seq in self.surface_nodes() {
+            let event = self.event(backend, key, seq)?;
+            if let Some(line) = surface_line(&event) {
+                out.extend(line);
+            }
+        }
+        Ok(out)
+    }
+
+    fn standing(&self, seq: u64, current: &HashSet<u64>) -> Standing {
+        if current.contains(&seq) {
+            Standing::Current
+        } else if let Some(by) = self.fold.surface().shadowed_by(seq) {
+            Standing::Shadowed { by }
+        } else {
+            Standing::LogOnly
+        }
+    }
+
+    fn index_bytes(&self, backend: &dyn Backend, key: &SessionKey) -> Result<Vec<u8>, Refusal> {
+        let current: HashSet<u64> = self.surface_nodes().into_iter().collect();
+        let total = self.events.len() as u64 + self.closers.len() as u64;
+        let mut out = Vec::new();
+        for i in 0..total {
+            let event_type = self.event_type(i).unwrap_or_default();
+            let standing = self.standing(i, &current);
+            // Replacements list what they cite; only they need their event fetched.
+            let cites = if self.fold.surface().is_replacement(i) {
+                self.event(backend, key, i)?.get("sourceEventSeqs").cloned()
+            } else {
+                None
+            };
+            let time = Value::from(self.event_time(i).unwrap_or_default());
+            out.extend(index_line(i, event_type, &time, standing, cites.as_ref(), self.is_synthetic(i)));
+        }
+        Ok(out)
+    }
+}
