@@ -44,9 +44,19 @@ pub fn pretty_line(value: &impl serde::Serialize) -> Vec<u8> {
     out
 }
 
-/// Compact JSON with a trailing newline: one JSONL line.
+/// Compact JSON with a trailing newline: one JSONL line. U+2028 and U+2029 are
+/// written as escapes: JSON allows them raw inside strings, but line splitters
+/// such as Python's `str.splitlines` would cut the line there.
 pub fn compact_line(value: &impl serde::Serialize) -> Vec<u8> {
-    let mut out = serde_json::to_vec(value).unwrap_or_default();
+    let raw = serde_json::to_vec(value).unwrap_or_default();
+    let mut out = Vec::with_capacity(raw.len() + 1);
+    let mut rest = &raw[..];
+    while let Some(at) = rest.windows(3).position(|w| w[0] == 0xE2 && w[1] == 0x80 && (w[2] == 0xA8 || w[2] == 0xA9)) {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(if rest[at + 2] == 0xA8 { b"\\u2028" } else { b"\\u2029" });
+        rest = &rest[at + 3..];
+    }
+    out.extend_from_slice(rest);
     out.push(b'\n');
     out
 }
@@ -124,6 +134,15 @@ mod tests {
         let text = r#"{"z":1,"a":0.000001,"m":[1e+21]}"#;
         let v: Value = serde_json::from_str(text).unwrap();
         assert_eq!(serde_json::to_string(&v).unwrap(), text);
+    }
+
+    #[test]
+    fn jsonl_lines_escape_line_separators() {
+        let v = json!({"text": "a\u{2028}b\u{2029}c"});
+        let line = compact_line(&v);
+        assert_eq!(line, b"{\"text\":\"a\\u2028b\\u2029c\"}\n");
+        let back: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(back, v);
     }
 
     #[test]

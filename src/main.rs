@@ -32,7 +32,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let default_level = if options.debug { "debug" } else { "warn" };
+    // fuser's own warnings are mostly about requests it answers by default.
+    let default_level = if options.debug { "debug" } else { "warn,fuser=error" };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level)).init();
 
     // Check what can be checked before detaching, so the error reaches the user.

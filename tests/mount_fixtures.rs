@@ -1,0 +1,366 @@
+//! Mounted tests over every fixture store: each session's files must equal the
+//! views the Harness's own code derived from the same log, the crash cases must
+//! show exactly the Harness's recovery view or its refusal, the three encodings
+//! must give identical trees, and reading everything must not change the store.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::{Mount, expected, read_json, session_dir, snapshot, store_copy};
+use serde_json::Value;
+
+/// Every expected clean session: (id, expected file).
+fn clean_sessions() -> Vec<(String, Value)> {
+    let manifest = expected("manifest.json");
+    manifest["sessionFiles"]
+        .as_object()
+        .expect("sessionFiles")
+        .iter()
+        .map(|(id, file)| (id.clone(), expected(file.as_str().expect("file"))))
+        .collect()
+}
+
+fn texts(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                match (key.as_str(), v) {
+                    ("text" | "arguments", Value::String(s)) => out.push(s.clone()),
+                    _ => texts(v, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| texts(v, out)),
+        _ => {}
+    }
+}
+
+fn alnum(text: &str) -> String {
+    text.chars().filter(char::is_ascii_alphanumeric).collect()
+}
+
+/// Checks one mounted session against the Harness's views; returns the failures.
+fn check_session(dir: &Path, exp: &Value, sqlite: bool) -> Vec<String> {
+    let id = exp["sessionId"].as_str().unwrap_or_default();
+    let mut failures = Vec::new();
+    let mut fail = |m: String| failures.push(format!("{id}: {m}"));
+
+    // header.json: the session header and the folded request header.
+    let header = read_json(&dir.join("header.json"));
+    for (key, want) in exp["header"].as_object().expect("header") {
+        if header.get(key) != Some(want) {
+            fail(format!("header.json {key} = {:?}, expected {want}", header.get(key)));
+        }
+    }
+    if !sqlite && header["delegationDepth"] != exp["header"]["delegationDepth"] {
+        fail("delegationDepth differs".into());
+    }
+    if header["request"] != exp["requestHeader"] {
+        fail("header.json request differs from the folded request header".into());
+    }
+    if header["requestContext"] != exp["requestContext"] || header["title"] != exp["title"] {
+        fail("header.json requestContext or title differs".into());
+    }
+
+    // events/: one file per logical event, value and key order, stat size = bytes.
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir.join("events")).expect("events/").map(|e| e.expect("entry").file_name().into_string().expect("utf8")).collect();
+    names.sort();
+    let events = exp["events"].as_array().expect("events");
+    if names.len() != events.len() {
+        fail(format!("events/ has {} files, expected {}", names.len(), events.len()));
+    }
+    for (name, want) in names.iter().zip(events) {
+        let path = dir.join("events").join(name);
+        let bytes = std::fs::read(&path).expect("event file");
+        if std::fs::metadata(&path).expect("stat").len() != bytes.len() as u64 {
+            fail(format!("events/{name}: stat size differs from the bytes read"));
+        }
+        let got: Value = serde_json::from_slice(&bytes).expect("event JSON");
+        if &got != want || serde_json::to_string(&got).ok() != serde_json::to_string(want).ok() {
+            fail(format!("events/{name} differs from the logged event (value or key order)"));
+        }
+        let seq = want["seq"].as_u64().expect("seq");
+        let type_part = want["type"].as_str().expect("type").replace('/', ".");
+        if *name != format!("{seq:08}-{type_part}.json") {
+            fail(format!("events/{name} is not named by seq and type"));
+        }
+    }
+
+    // surface.jsonl: the derived messages, one per line.
+    let surface = std::fs::read_to_string(dir.join("surface.jsonl")).expect("surface.jsonl");
+    let messages: Vec<Value> = surface.split('\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_str(l).expect("line")).collect();
+    if messages != *exp["messages"].as_array().expect("messages") {
+        fail(format!("surface.jsonl has {} messages, differing from the Harness's {}", messages.len(), exp["messageCount"]));
+    }
+    for (line, want) in surface.split('\n').filter(|l| !l.is_empty()).zip(exp["messages"].as_array().expect("messages")) {
+        let got: Value = serde_json::from_str(line).expect("line");
+        if serde_json::to_string(&got).ok() != serde_json::to_string(want).ok() {
+            fail("a surface.jsonl message has another key order than the log".into());
+        }
+    }
+
+    // transcript.md: every append-origin message's text, in order.
+    let transcript = alnum(&std::fs::read_to_string(dir.join("transcript.md")).expect("transcript.md"));
+    let mut at = 0;
+    for entry in exp["transcript"].as_array().expect("transcript") {
+        let mut found = Vec::new();
+        texts(&entry["message"], &mut found);
+        for text in found {
+            let snippet: String = alnum(&text).chars().take(40).collect();
+            if snippet.len() < 8 {
+                continue;
+            }
+            match transcript[at..].find(&snippet) {
+                Some(offset) => at += offset,
+                None => fail(format!("transcript.md lacks, in order, the text of seq {}", entry["seq"])),
+            }
+        }
+    }
+
+    // index.jsonl: one row per event with the session-query classification.
+    let index = std::fs::read_to_string(dir.join("index.jsonl")).expect("index.jsonl");
+    let rows: Vec<Value> = index.lines().map(|l| serde_json::from_str(l).expect("index line")).collect();
+    let records = exp["query"]["records"].as_array().expect("records");
+    if rows.len() != records.len() {
+        fail(format!("index.jsonl has {} rows, expected {}", rows.len(), records.len()));
+    }
+    for (row, want) in rows.iter().zip(records) {
+        if row["seq"] != want["seq"] || row["type"] != want["type"] || row["standing"] != want["surface"] {
+            fail(format!("index.jsonl row {} is {row}, the Harness classifies {want}", want["seq"]));
+            break;
+        }
+    }
+    // Replacements cite their sources, so a summary leads back to the originals.
+    for replacement in exp["surface"]["replacements"].as_array().expect("replacements") {
+        let seq = replacement["seq"].as_u64().expect("seq") as usize;
+        let cited = &rows[seq]["cites"];
+        let logged = &events[seq]["sourceEventSeqs"];
+        if cited != logged {
+            fail(format!("index.jsonl row {seq} cites {cited}, the log says {logged}"));
+        }
+    }
+    failures
+}
+
+fn check_store(store: &str, skip: &[&str]) {
+    let copy = store_copy(store);
+    let before = snapshot(copy.dir.path());
+    let mount = Mount::new(&copy.path, &["-o", "grace=0"]);
+    let sqlite = store.starts_with("sqlite");
+    let mut failures = Vec::new();
+    let sessions = clean_sessions();
+    let mut listed: Vec<String> = std::fs::read_dir(mount.path()).expect("root").map(|e| e.expect("entry").file_name().into_string().expect("utf8")).collect();
+    listed.sort();
+    let mut want: Vec<String> = sessions.iter().map(|(id, _)| sessionfs::model::ids::encode_segment(id).expect("id")).collect();
+    want.push("flush".into());
+    want.sort();
+    assert_eq!(listed, want, "{store}: the root lists one directory per session");
+    for (id, exp) in &sessions {
+        if skip.contains(&id.as_str()) {
+            continue;
+        }
+        failures.extend(check_session(&session_dir(mount.path(), id), exp, sqlite));
+    }
+    drop(mount);
+    assert!(failures.is_empty(), "{store}:\n{}", failures.join("\n"));
+    // The SQLite store legitimately gains -wal/-shm files; nothing else may change.
+    let after: BTreeMap<_, _> = snapshot(copy.dir.path()).into_iter().filter(|(p, _)| !p.to_string_lossy().ends_with("-wal") && !p.to_string_lossy().ends_with("-shm")).collect();
+    assert_eq!(before, after, "{store}: reading every file changed the store");
+}
+
+#[test]
+fn jsonl_store_matches_the_harness_views() {
+    check_store("jsonl", &[]);
+}
+
+#[test]
+fn zstd_store_matches_the_harness_views() {
+    check_store("jsonl-zstd", &[]);
+}
+
+#[test]
+fn sqlite17_store_matches_the_harness_views() {
+    check_store("sqlite17", &[]);
+}
+
+#[test]
+fn sqlite14_store_matches_the_harness_views_and_refuses_what_it_lost() {
+    check_store("sqlite14", &["metrics-ignorable"]);
+    // Schema 14 dropped the ignorable marker on write, so the Harness refuses the
+    // session; so must we, with its message, while the rest stays readable.
+    let copy = store_copy("sqlite14");
+    let mount = Mount::new(&copy.path, &["-o", "grace=0"]);
+    let dir = session_dir(mount.path(), "metrics-ignorable");
+    let error = std::fs::read_to_string(dir.join("error")).expect("error file");
+    let formats = expected("formats/sqlite14.json");
+    let message = formats["sessions"]["metrics-ignorable"]["error"]["message"].as_str().expect("message");
+    assert!(error.starts_with(message), "{error}");
+    assert!(dir.join("header.json").exists());
+    for derived in ["surface.jsonl", "transcript.md", "index.jsonl", "events"] {
+        let err = std::fs::metadata(dir.join(derived)).expect_err("derived views are absent");
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+    }
+}
+
+/// The crash cases: the stored prefix plus exactly the Harness's closers, in files
+/// marked synthetic, or the Harness's refusal in an `error` file.
+fn check_crash_store(store: &str) {
+    let copy = store_copy(&format!("crash/{store}"));
+    let before = snapshot(copy.dir.path());
+    let mount = Mount::new(&copy.path, &["-o", "grace=0"]);
+    let mut checked = 0;
+    for entry in std::fs::read_dir(common::fixtures().join("expected/crash").join(store)).expect("cases") {
+        let case = read_json(&entry.expect("entry").path());
+        let id = case["case"]["id"].as_str().expect("id");
+        let dir = session_dir(mount.path(), id);
+        let inspect = &case["inspect"];
+        if let Some(count) = inspect["eventCount"].as_u64() {
+            let mut names: Vec<String> = std::fs::read_dir(dir.join("events")).expect("events").map(|e| e.expect("e").file_name().into_string().expect("utf8")).collect();
+            names.sort();
+            assert_eq!(names.len() as u64, count, "{store}/{id}: events shown");
+            let synthetic = inspect["syntheticEvents"].as_array().expect("synthetic");
+            let first = names.len() - synthetic.len();
+            for (name, want) in names[first..].iter().zip(synthetic) {
+                assert!(name.ends_with(".synthetic.json"), "{store}/{id}: {name} is not marked synthetic");
+                let got = read_json(&dir.join("events").join(name));
+                assert_eq!(&got, want, "{store}/{id}: closer {name}");
+                assert_eq!(serde_json::to_string(&got).ok(), serde_json::to_string(want).ok(), "{store}/{id}: closer key order");
+            }
+            assert!(names[..first].iter().all(|n| !n.contains("synthetic")), "{store}/{id}: logged events marked synthetic");
+            let index = std::fs::read_to_string(dir.join("index.jsonl")).expect("index");
+            assert_eq!(index.lines().filter(|l| l.contains("\"synthetic\":true")).count(), synthetic.len());
+            let transcript = std::fs::read_to_string(dir.join("transcript.md")).expect("transcript");
+            assert!(transcript.contains("synthetic: added by crash repair"), "{store}/{id}: transcript marks closers");
+            for closer in synthetic.iter().filter(|c| c["type"] == "tool/result") {
+                let code = closer["data"]["error"]["code"].as_str().expect("code");
+                assert!(transcript.contains(code), "{store}/{id}: transcript names {code}");
+            }
+        } else {
+            let want = inspect["error"]["message"].as_str().expect("error message");
+            let want = want.split("(raw log: <store-root>").next().expect("prefix").trim_end();
+            let error = std::fs::read_to_string(dir.join("error")).unwrap_or_else(|e| panic!("{store}/{id}: error file: {e}"));
+            assert!(error.starts_with(want), "{store}/{id}: error is {error:?}, the Harness says {want:?}");
+            assert!(!dir.join("surface.jsonl").exists() && !dir.join("events").exists(), "{store}/{id}: no derived views");
+        }
+        checked += 1;
+    }
+    drop(mount);
+    assert!(checked >= 8, "{store}: only {checked} cases checked");
+    let after: BTreeMap<_, _> = snapshot(copy.dir.path()).into_iter().filter(|(p, _)| !p.to_string_lossy().ends_with("-wal") && !p.to_string_lossy().ends_with("-shm")).collect();
+    assert_eq!(before, after, "{store}: the crash store was modified");
+}
+
+#[test]
+fn jsonl_crash_cases_show_the_recovery_view() {
+    check_crash_store("jsonl");
+}
+
+#[test]
+fn zstd_crash_cases_show_the_recovery_view() {
+    check_crash_store("jsonl-zstd");
+}
+
+#[test]
+fn sqlite17_crash_cases_show_the_recovery_view() {
+    check_crash_store("sqlite17");
+}
+
+#[test]
+fn sqlite14_crash_cases_show_the_recovery_view() {
+    check_crash_store("sqlite14");
+}
+
+/// Every regular file under a mounted tree with its bytes (symlinks by target).
+fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("readdir") {
+            let entry = entry.expect("entry");
+            let path = entry.path();
+            let kind = entry.file_type().expect("type");
+            let rel = path.strip_prefix(root).expect("prefix").to_string_lossy().into_owned();
+            if kind.is_dir() {
+                stack.push(path);
+            } else if kind.is_symlink() {
+                out.insert(rel, std::fs::read_link(&path).expect("link").into_os_string().into_encoded_bytes());
+            } else if !matches!(path.file_name().and_then(|n| n.to_str()), Some("fork" | "flush")) {
+                out.insert(rel, std::fs::read(&path).expect("read"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_three_encodings_give_byte_identical_trees() {
+    let stores = ["jsonl", "jsonl-zstd", "sqlite17", "sqlite14"];
+    let copies: Vec<_> = stores.iter().map(|s| store_copy(s)).collect();
+    let mounts: Vec<Mount> = copies.iter().map(|c| Mount::new(&c.path, &["-o", "grace=0"])).collect();
+    let trees: Vec<_> = mounts.iter().map(|m| tree(m.path())).collect();
+    for (store, other) in stores.iter().zip(&trees).skip(1) {
+        let mut differing: Vec<&String> = trees[0].keys().filter(|k| other.get(*k) != trees[0].get(*k)).collect();
+        // Schema 14 lost metrics-ignorable's markers; everything else must agree.
+        if *store == "sqlite14" {
+            differing.retain(|k| !k.starts_with("metrics-ignorable/"));
+        }
+        assert!(differing.is_empty(), "{store} differs from jsonl in {} files, e.g. {:?}", differing.len(), &differing[..differing.len().min(5)]);
+    }
+    assert!(trees[0].len() > 2500, "the comparison covered {} files", trees[0].len());
+}
+
+#[test]
+fn everyday_tools_agree_with_stat() {
+    let copy = store_copy("jsonl-zstd");
+    let mount = Mount::new(&copy.path, &["-o", "grace=0"]);
+    let out = common::TempDir::new("tools");
+    let session = session_dir(mount.path(), "pipeline-compaction");
+
+    // cp -r copies a session directory out; every file equals what cat reads.
+    let status = std::process::Command::new("cp").arg("-r").arg(&session).arg(out.path().join("copy")).status().expect("cp");
+    assert!(status.success());
+    let original = tree(&session);
+    let copied = tree(&out.path().join("copy"));
+    assert_eq!(original, copied, "cp -r reproduces the session directory");
+
+    // tar sees the same sizes (it reads by stat size).
+    let tarball = out.path().join("s.tar");
+    let status = std::process::Command::new("tar").arg("cf").arg(&tarball).arg("-C").arg(mount.path()).arg("pipeline-compaction").status().expect("tar");
+    assert!(status.success());
+    let listing = std::process::Command::new("tar").arg("tvf").arg(&tarball).output().expect("tar tvf");
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    let transcript_size = std::fs::metadata(session.join("transcript.md")).expect("stat").len();
+    assert!(listing.lines().any(|l| l.ends_with("pipeline-compaction/transcript.md") && l.contains(&format!(" {transcript_size} "))), "{listing}");
+
+    // ls -l lists every session; grep -rl finds text inside compressed logs.
+    let ls = std::process::Command::new("ls").arg("-l").arg(mount.path()).output().expect("ls");
+    assert!(ls.status.success());
+    assert_eq!(String::from_utf8_lossy(&ls.stdout).lines().filter(|l| l.starts_with('d')).count(), 15);
+    let grep = std::process::Command::new("grep").arg("-rl").arg("watermark").arg(mount.path()).output().expect("grep");
+    let hits = String::from_utf8_lossy(&grep.stdout);
+    assert!(hits.lines().any(|l| l.ends_with("pipeline-compaction/transcript.md")), "{hits}");
+    // Modes: generated files read-only, directories 0555.
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(session.join("surface.jsonl")).expect("stat").permissions().mode() & 0o777, 0o444);
+    assert_eq!(std::fs::metadata(&session).expect("stat").permissions().mode() & 0o777, 0o555);
+    let err = std::fs::write(session.join("surface.jsonl"), b"x").expect_err("generated files are read-only");
+    assert!(matches!(err.raw_os_error(), Some(libc::EACCES | libc::EROFS)), "{err}");
+}
+
+#[test]
+fn inode_numbers_stay_stable_while_mounted() {
+    use std::os::unix::fs::MetadataExt;
+    let copy = store_copy("jsonl");
+    let mount = Mount::new(&copy.path, &["-o", "grace=0"]);
+    let session = session_dir(mount.path(), "ledger-chat");
+    let first: Vec<u64> = ["header.json", "surface.jsonl", "events/00000002-user.message.json"].iter().map(|f| std::fs::metadata(session.join(f)).expect("stat").ino()).collect();
+    let _ = tree(mount.path());
+    let again: Vec<u64> = ["header.json", "surface.jsonl", "events/00000002-user.message.json"].iter().map(|f| std::fs::metadata(session.join(f)).expect("stat").ino()).collect();
+    assert_eq!(first, again);
+    let mut unique = first.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), 3);
+}
