@@ -81,6 +81,8 @@ impl Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // `echo N > fork` then opens with O_TRUNC instead of a separate truncate.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_ATOMIC_O_TRUNC);
+        // A growing file's cached pages are dropped when its size or mtime changes.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
         let _ = config.set_max_readahead(1 << 20);
         Ok(())
     }

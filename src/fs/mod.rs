@@ -127,6 +127,10 @@ pub struct SessionFs {
     next_handle: AtomicU64,
     clock: AtomicU64,
     started: SystemTime,
+    /// Inodes whose content changed while a request refreshed them; the kernel is
+    /// told to drop its caches of them by the follow thread, never from inside a
+    /// request (that can deadlock).
+    stale: Mutex<Vec<u64>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -159,6 +163,7 @@ impl SessionFs {
             next_handle: AtomicU64::new(1),
             clock: AtomicU64::new(0),
             started: SystemTime::now(),
+            stale: Mutex::default(),
         });
         let weak = Arc::downgrade(&fs);
         writeback.set_durable_hook(Box::new(move |id, key| {
@@ -270,6 +275,13 @@ impl SessionFs {
         *view = None;
     }
 
+    /// The inodes of a session whose content may have changed.
+    fn session_inodes(number: u32) -> impl Iterator<Item = u64> {
+        [Node::Dir, Node::Header, Node::Events, Node::Surface, Node::Transcript, Node::Index]
+            .into_iter()
+            .map(move |node| Ino::Session(number, node).encode())
+    }
+
     /// The session's view, loaded (and kept current) on demand.
     fn view<'a>(&self, slot: &'a Slot) -> MutexGuard<'a, Option<SessionView>> {
         let mut guard = lock(&slot.view);
@@ -295,7 +307,11 @@ impl SessionFs {
                 let mut checked = lock(&slot.checked);
                 if checked.elapsed() >= self.config.recheck && slot.refusal.is_none() {
                     *checked = Instant::now();
-                    view.refresh(backend.as_ref());
+                    if view.refresh(backend.as_ref())
+                        && let Some(number) = self.slot_by_name(&slot.name)
+                    {
+                        lock(&self.stale).extend(Self::session_inodes(number));
+                    }
                 }
             }
         }
@@ -336,7 +352,7 @@ impl SessionFs {
             let table = self.table.read().unwrap_or_else(|p| p.into_inner());
             table.slots.iter().cloned().enumerate().map(|(i, s)| (i as u32, s)).collect()
         };
-        let mut changed = Vec::new();
+        let mut changed = std::mem::take(&mut *lock(&self.stale));
         for (number, slot) in slots {
             if slot.refusal.is_some() {
                 continue;
@@ -346,9 +362,7 @@ impl SessionFs {
             let Some(view) = guard.as_mut() else { continue };
             *lock(&slot.checked) = Instant::now();
             if view.refresh(backend.as_ref()) {
-                for node in [Node::Dir, Node::Header, Node::Events, Node::Surface, Node::Transcript, Node::Index] {
-                    changed.push(Ino::Session(number, node).encode());
-                }
+                changed.extend(Self::session_inodes(number));
             }
         }
         changed
