@@ -728,14 +728,16 @@ impl SessionFs {
 
     fn fork_command(&self, number: u32, data: &[u8]) -> Result<usize> {
         let slot = self.slot(number)?;
-        let result = self.fork(&slot, data);
+        // The reason names the session: the adapter logs it, and `cat fork` shows it.
+        let result = self.fork(&slot, data).map_err(|e| match e {
+            Error::Invalid(m) => Error::Invalid(format!("fork of {:?} refused: {m}", slot.id)),
+            Error::Exists(m) => Error::Exists(format!("fork of {:?} refused: {m}", slot.id)),
+            other => other,
+        });
         let mut log = lock(&slot.control);
         match &result {
             Ok(child) => log.record_success(child.clone()),
-            Err(e) => {
-                log::warn!("fork of session {:?} refused: {e}", slot.id);
-                log.record_error(e.to_string());
-            }
+            Err(e) => log.record_error(e.to_string()),
         }
         result.map(|_| data.len())
     }

@@ -207,3 +207,42 @@ impl Writeback {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(id: &str) -> SessionHeader {
+        SessionHeader {
+            version: 0.into(),
+            id: id.into(),
+            created_at: 1,
+            cwd: None,
+            parent_session: None,
+            seed_length: None,
+            origin: None,
+            delegation_depth: None,
+            agent_preset: None,
+        }
+    }
+
+    #[test]
+    fn the_window_closes_and_writes_everything_pending() {
+        let store = Arc::new(MemoryStore::default());
+        let writeback = Writeback::new(store.clone(), Arc::new(MemoryStore::default()), Duration::from_millis(50));
+        let runner = writeback.clone();
+        let thread = std::thread::spawn(move || runner.run());
+        writeback.submit(header("a"), Vec::new());
+        writeback.submit(header("b"), Vec::new());
+        assert!(writeback.is_pending("a"));
+        let start = Instant::now();
+        while writeback.is_pending("a") || writeback.is_pending("b") {
+            assert!(start.elapsed() < Duration::from_secs(2), "the window never closed");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(store.contains("a") && store.contains("b"));
+        assert_eq!(writeback.flush(None), Ok("nothing was pending; everything sessionfs wrote was already durable".into()));
+        assert!(writeback.shutdown().is_empty());
+        thread.join().unwrap();
+    }
+}
