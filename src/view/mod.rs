@@ -51,6 +51,8 @@ struct EventMeta {
 pub struct Unreadable {
     pub header: Option<SessionHeader>,
     pub reason: Refusal,
+    /// The reason lies outside the log (e.g. a duplicate id), and says what to do.
+    pub external: bool,
 }
 
 pub struct Indexed {
@@ -97,12 +99,13 @@ impl SessionView {
             revision: None,
             changed_at: backend.modified(&listing.key).unwrap_or_else(SystemTime::now),
             grace,
-            state: State::Unreadable(Unreadable { header: None, reason: Refusal::Corrupt("not read yet".into()) }),
+            state: State::Unreadable(Unreadable { header: None, reason: Refusal::Corrupt("not read yet".into()), external: false }),
         };
         view.state = match &listing.header {
             Err(why) => State::Unreadable(Unreadable {
                 header: None,
                 reason: Refusal::Corrupt(format!("{why} ({})", listing.key.describe())),
+                external: false,
             }),
             Ok(_) => view.rebuild(backend),
         };
@@ -118,7 +121,7 @@ impl SessionView {
             revision: None,
             changed_at: SystemTime::now(),
             grace: Duration::ZERO,
-            state: State::Unreadable(Unreadable { header: listing.header.as_ref().ok().cloned(), reason }),
+            state: State::Unreadable(Unreadable { header: listing.header.as_ref().ok().cloned(), reason, external: true }),
         }
     }
 
@@ -150,12 +153,13 @@ impl SessionView {
         self.revision = backend.revision(&self.key).ok();
         let header = match backend.header(&self.key) {
             Ok(header) => header,
-            Err(reason) => return State::Unreadable(Unreadable { header: None, reason }),
+            Err(reason) => return State::Unreadable(Unreadable { header: None, reason, external: false }),
         };
         let fold = match SessionFold::new(&header, &self.id) {
             Ok(fold) => fold,
             Err(reason) => {
-                return State::Unreadable(Unreadable { header: Some(header), reason: with_location(reason, &self.key) });
+                let reason = with_location(reason, &self.key);
+                return State::Unreadable(Unreadable { header: Some(header), reason, external: false });
             }
         };
         let mut indexed = Box::new(Indexed {
@@ -177,7 +181,8 @@ impl SessionView {
                 State::Indexed(indexed)
             }
             Err(reason) => {
-                State::Unreadable(Unreadable { header: Some(indexed.header), reason: with_location(reason, &self.key) })
+                let reason = with_location(reason, &self.key);
+                State::Unreadable(Unreadable { header: Some(indexed.header), reason, external: false })
             }
         }
     }
@@ -255,6 +260,9 @@ impl SessionView {
         let State::Unreadable(u) = &self.state else {
             return None;
         };
+        if u.external {
+            return Some(format!("{}\n", u.reason.message()).into_bytes());
+        }
         let advice = match &u.reason {
             Refusal::Unsupported(_) => {
                 "The log is intact, but this sessionfs reads only log format v0 and the event types it knows; open it with a newer harness."
