@@ -20,6 +20,8 @@ Options:
       --grace SECONDS     quiet time before an open turn is shown repaired (default 10)
   -o OPT[,OPT...]         mount options:
                             ro, rw, allow_other, allow_root, default_permissions,
+                            repair (write the crash repair of quiet sessions
+                            into the store, as the Harness's load would),
                             uid=N, gid=N, grace=SECONDS, cache=MIB (default 512),
                             window=MS (fork write-behind window, default 200),
                             attr_timeout=SECONDS (default 1), fsname=NAME,
@@ -50,6 +52,8 @@ pub struct Options {
     pub window: Duration,
     pub attr_timeout: Duration,
     pub fsname: Option<String>,
+    /// Make the crash repair of quiet sessions durable in the store.
+    pub repair: bool,
     /// Generic mount flags passed to the kernel as given.
     pub kernel_flags: Vec<String>,
 }
@@ -85,6 +89,7 @@ impl Options {
         match key {
             "" => {}
             "ro" => self.read_only = true,
+            "repair" => self.repair = true,
             "rw" => self.read_only = false,
             "allow_other" => self.allow_other = true,
             "allow_root" => self.allow_root = true,
@@ -135,6 +140,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         window: Duration::from_millis(200),
         attr_timeout: Duration::from_secs(1),
         fsname: None,
+        repair: false,
         kernel_flags: Vec::new(),
     };
     let mut positional = Vec::new();

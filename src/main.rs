@@ -142,6 +142,7 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
         grace: options.grace,
         cache_bytes: options.cache_bytes,
         write_window: options.window,
+        repair: options.repair && !options.read_only,
         ..FsConfig::default()
     };
     let fs = SessionFs::new(store, config);

@@ -38,6 +38,8 @@ pub struct FsConfig {
     pub write_window: Duration,
     /// How often a used session's store revision is checked.
     pub recheck: Duration,
+    /// `-o repair`: make the crash repair of quiet sessions durable in the store.
+    pub repair: bool,
 }
 
 impl Default for FsConfig {
@@ -50,6 +52,7 @@ impl Default for FsConfig {
             cache_bytes: 512 << 20,
             write_window: Duration::from_millis(200),
             recheck: Duration::from_millis(250),
+            repair: false,
         }
     }
 }
@@ -361,11 +364,33 @@ impl SessionFs {
             let Ok(mut guard) = slot.view.try_lock() else { continue };
             let Some(view) = guard.as_mut() else { continue };
             *lock(&slot.checked) = Instant::now();
-            if view.refresh(backend.as_ref()) {
+            let mut refreshed = view.refresh(backend.as_ref());
+            if self.config.repair && matches!(*lock(&slot.source), Source::Store(_)) {
+                refreshed |= self.repair(&slot, view);
+            }
+            if refreshed {
                 changed.extend(Self::session_inodes(number));
             }
         }
         changed
+    }
+
+    /// Writes a quiet session's crash repair into the store (`-o repair`), the way
+    /// the Harness's own load would, so the Harness later resumes it balanced.
+    fn repair(&self, slot: &Slot, view: &mut SessionView) -> bool {
+        let Some((keep, revision, tail)) = view.repair_plan(self.store.as_ref()) else {
+            return false;
+        };
+        match self.store.repair(&view.key, &keep, &revision, &tail) {
+            Ok(()) => {
+                log::info!("repaired session {:?}: kept {} stored events, appended {} events", slot.id, keep.events, tail.len());
+                view.refresh(self.store.as_ref())
+            }
+            Err(e) => {
+                log::warn!("could not repair session {:?}: {e}", slot.id);
+                false
+            }
+        }
     }
 
     // ---- attributes ------------------------------------------------------------

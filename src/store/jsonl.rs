@@ -440,6 +440,32 @@ impl Backend for JsonlStore {
         self.materialise(header, events, zstd).map(SessionKey::File)
     }
 
+    fn repair(&self, key: &SessionKey, keep: &ScanPoint, expected: &Revision, tail: &[JsonMap]) -> io::Result<()> {
+        let SessionKey::File(path) = key else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a JSONL session"));
+        };
+        if self.revision(key).ok().as_ref() != Some(expected) {
+            return Err(io::Error::other(format!("{} changed since it was read; not repairing it", path.display())));
+        }
+        // Truncate the torn tail, then append like any durable batch: raw lines, or
+        // one frame of the records packed as the Harness packs them.
+        let truncate = OpenOptions::new().write(true).open(path)?;
+        truncate.set_len(keep.offset)?;
+        truncate.sync_all()?;
+        drop(truncate);
+        if tail.is_empty() {
+            return Ok(());
+        }
+        let records = if is_zstd(path) { pack(tail, usize::MAX) } else { tail.to_vec() };
+        let mut batch = Vec::new();
+        for record in &records {
+            serde_json::to_writer(&mut batch, record).map_err(io::Error::other)?;
+            batch.push(b'\n');
+        }
+        let bytes = if is_zstd(path) { encode_frame(&batch)? } else { batch };
+        append_durably(path, &bytes)
+    }
+
     fn contains(&self, id: &str) -> bool {
         let Some(segment) = encode_segment(id) else {
             return false;
@@ -522,6 +548,23 @@ fn decode_header_frame(frame: &[u8]) -> Result<Vec<u8>, String> {
     }
     plaintext.pop();
     Ok(plaintext)
+}
+
+/// Appends one batch and fsyncs it; on failure the file is cut back to its prior
+/// length, so a half-written batch never reaches a later reader (spec §10.8).
+fn append_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new().append(true).open(path)?;
+    let prior = file.metadata()?.len();
+    let written = file.write_all(bytes).and_then(|_| file.sync_all());
+    if let Err(error) = written {
+        drop(file);
+        let rollback = OpenOptions::new().write(true).open(path).and_then(|f| f.set_len(prior).and_then(|_| f.sync_all()));
+        return Err(match rollback {
+            Ok(()) => error,
+            Err(also) => io::Error::other(format!("{error}; rolling back to {prior} bytes also failed: {also}")),
+        });
+    }
+    Ok(())
 }
 
 fn read_from(path: &Path, offset: u64) -> io::Result<Vec<u8>> {

@@ -78,4 +78,8 @@ impl Backend for MemoryStore {
     fn contains(&self, id: &str) -> bool {
         self.sessions.read().unwrap_or_else(|p| p.into_inner()).contains_key(id)
     }
+
+    fn repair(&self, _key: &SessionKey, _keep: &ScanPoint, _expected: &Revision, _tail: &[JsonMap]) -> std::io::Result<()> {
+        Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "a pending session is complete; it needs no repair"))
+    }
 }

@@ -141,6 +141,13 @@ pub trait Backend: Send + Sync {
 
     /// True when `id` names a session anywhere in the store.
     fn contains(&self, id: &str) -> bool;
+
+    /// Makes a crash repair durable as the Harness's own load does (spec §8.2,
+    /// §10.5, §10.6, §11.5): the stored bytes after `keep` (a torn tail) are
+    /// dropped and `tail` (events recovered from it, then the closers) is
+    /// appended in the store's encoding. Refused when the session changed since
+    /// `expected` was read.
+    fn repair(&self, key: &SessionKey, keep: &ScanPoint, expected: &Revision, tail: &[JsonMap]) -> std::io::Result<()>;
 }
 
 /// Opens a store, detecting its kind: a directory of JSONL sessions (raw, zstd or

@@ -170,6 +170,55 @@ impl SqliteStore {
             .ok_or_else(|| self.gone(id))
     }
 
+    /// A read-write connection for one write; the journal mode is the Harness's
+    /// to choose, so only per-connection settings are made.
+    fn writer(&self) -> io::Result<Connection> {
+        let failed = |e: rusqlite::Error| write_error(&self.path, e);
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let writer = Connection::open_with_flags(&self.path, flags).map_err(failed)?;
+        writer.busy_timeout(BUSY_TIMEOUT).map_err(failed)?;
+        writer
+            .execute_batch("PRAGMA trusted_schema = OFF; PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
+            .map_err(failed)?;
+        Ok(writer)
+    }
+
+    /// `BEGIN IMMEDIATE`, then the identity checks the Harness repeats inside every
+    /// write transaction (spec §11.1).
+    fn write_transaction<'a>(&self, writer: &'a mut Connection) -> io::Result<Transaction<'a>> {
+        let transaction =
+            writer.transaction_with_behavior(TransactionBehavior::Immediate).map_err(|e| write_error(&self.path, e))?;
+        let schema = check_identity(&transaction, &self.path).map_err(io::Error::other)?;
+        if schema != self.schema {
+            return Err(io::Error::other(format!(
+                "session database at \"{}\" changed from schema {} to {} while mounted",
+                self.path.display(),
+                self.schema.number(),
+                schema.number()
+            )));
+        }
+        Ok(transaction)
+    }
+
+    fn insert_rows(&self, transaction: &Transaction, id: &str, rows: &[NewEventRow]) -> io::Result<()> {
+        let failed = |e: rusqlite::Error| write_error(&self.path, e);
+        let insert = match self.schema {
+            Schema::V14 => INSERT_EVENT_14,
+            Schema::V17 => INSERT_EVENT_17,
+        };
+        let mut insert = transaction.prepare_cached(insert).map_err(failed)?;
+        for row in rows {
+            let data = &row.data;
+            let (seqs, op) = (&row.source_event_seqs, &row.surface_op);
+            match self.schema {
+                Schema::V14 => insert.execute(params![id, row.seq, row.event_type, row.time, data, seqs, op]),
+                Schema::V17 => insert.execute(params![id, row.seq, row.event_type, row.time, data, seqs, op, row.ignorable]),
+            }
+            .map_err(failed)?;
+        }
+        Ok(())
+    }
+
     /// Turns one physical row into the scanner's input.
     fn decode_for_scan(&self, row: &PhysicalRow) -> Decoded {
         match row.decode(self.schema) {
@@ -313,27 +362,42 @@ impl Backend for SqliteStore {
         events.into_iter().nth(loc.member as usize).ok_or_else(missing)
     }
 
+    fn repair(&self, key: &SessionKey, keep: &ScanPoint, expected: &Revision, tail: &[JsonMap]) -> io::Result<()> {
+        let id = row_id(key).map_err(|r| invalid_input(r.message()))?;
+        // Closers are inserted as scalar rows (spec §11.5, "Repair").
+        let rows = tail
+            .iter()
+            .map(|event| match self.schema {
+                Schema::V14 => NewEventRow::scalar_v14(event),
+                Schema::V17 => NewEventRow::v17(event),
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        let failed = |e: rusqlite::Error| write_error(&self.path, e);
+        let mut writer = self.writer()?;
+        let transaction = self.write_transaction(&mut writer)?;
+        let current = transaction
+            .prepare_cached(SESSION_BY_ID)
+            .and_then(|mut s| s.query_row([id], SessionRow::read).optional())
+            .map_err(failed)?;
+        let current = current.and_then(|row| match (&row.incarnation, row.revision.safe_integer()) {
+            (Cell::Text(incarnation), Some(revision)) => Some(Revision(format!("{incarnation}:{revision}"))),
+            _ => None,
+        });
+        if current.as_ref() != Some(expected) {
+            return Err(io::Error::other(format!("session {id:?} changed since it was read; not repairing it")));
+        }
+        let first_dropped = i64::try_from(keep.offset).unwrap_or(i64::MAX);
+        transaction.execute("DELETE FROM events WHERE session_id = ?1 AND seq >= ?2", params![id, first_dropped]).map_err(failed)?;
+        self.insert_rows(&transaction, id, &rows)?;
+        transaction.execute("UPDATE sessions SET revision = revision + 1 WHERE id = ?1", [id]).map_err(failed)?;
+        transaction.commit().map_err(failed)
+    }
+
     fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> io::Result<SessionKey> {
         let (session, rows) = self.encode_session(header, events)?;
         let failed = |e: rusqlite::Error| write_error(&self.path, e);
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let mut writer = Connection::open_with_flags(&self.path, flags).map_err(failed)?;
-        writer.busy_timeout(BUSY_TIMEOUT).map_err(failed)?;
-        // The journal mode is the Harness's to choose; only these are per connection.
-        writer
-            .execute_batch("PRAGMA trusted_schema = OFF; PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
-            .map_err(failed)?;
-        let transaction = writer.transaction_with_behavior(TransactionBehavior::Immediate).map_err(failed)?;
-        // The Harness re-validates inside every write transaction (spec §11.1).
-        let schema = check_identity(&transaction, &self.path).map_err(io::Error::other)?;
-        if schema != self.schema {
-            return Err(io::Error::other(format!(
-                "session database at \"{}\" changed from schema {} to {} while mounted",
-                self.path.display(),
-                self.schema.number(),
-                schema.number()
-            )));
-        }
+        let mut writer = self.writer()?;
+        let transaction = self.write_transaction(&mut writer)?;
         if session_exists(&transaction, &header.id).map_err(failed)? {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -341,23 +405,7 @@ impl Backend for SqliteStore {
             ));
         }
         transaction.execute(INSERT_SESSION, session.cells()).map_err(failed)?;
-        let insert = match self.schema {
-            Schema::V14 => INSERT_EVENT_14,
-            Schema::V17 => INSERT_EVENT_17,
-        };
-        let mut insert = transaction.prepare(insert).map_err(failed)?;
-        for row in &rows {
-            let data = &row.data;
-            let (seqs, op) = (&row.source_event_seqs, &row.surface_op);
-            match self.schema {
-                Schema::V14 => insert.execute(params![header.id, row.seq, row.event_type, row.time, data, seqs, op]),
-                Schema::V17 => {
-                    insert.execute(params![header.id, row.seq, row.event_type, row.time, data, seqs, op, row.ignorable])
-                }
-            }
-            .map_err(failed)?;
-        }
-        drop(insert);
+        self.insert_rows(&transaction, &header.id, &rows)?;
         transaction.commit().map_err(failed)?;
         Ok(SessionKey::Row(header.id.clone()))
     }

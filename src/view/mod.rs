@@ -224,6 +224,25 @@ impl SessionView {
         }
     }
 
+    /// What a durable repair would write, once the session is quiet: where the
+    /// stored log is cut (dropping a torn tail) and what is appended (events
+    /// recovered from that tail, then the closers). `None` when nothing is torn
+    /// or open, or the session is still being written.
+    pub fn repair_plan(&self, backend: &dyn Backend) -> Option<(ScanPoint, Revision, Vec<JsonMap>)> {
+        let State::Indexed(indexed) = &self.state else {
+            return None;
+        };
+        if !self.quiet() || (indexed.torn.is_none() && indexed.closers.is_empty()) {
+            return None;
+        }
+        let recovered = (indexed.point.events..indexed.stored_count())
+            .map(|seq| indexed.event(backend, &self.key, seq))
+            .collect::<Result<Vec<_>, _>>()
+            .ok()?;
+        let tail = recovered.into_iter().chain(indexed.closers.iter().cloned()).collect();
+        Some((indexed.point.clone(), self.revision.clone()?, tail))
+    }
+
     /// Number of entries in `events/` (stored events plus synthetic closers).
     pub fn event_count(&self) -> u64 {
         match &self.state {
