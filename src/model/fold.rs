@@ -64,10 +64,11 @@ impl SessionFold {
         if is_surface_type(event_type) {
             check_message_shape(event_type, data).map_err(|why| corrupt(format!("{why} (seq {seq})")))?;
         }
+        // Retired shapes are rejected by the legacy step, before the vocabulary check.
+        check_retired(event_type, data).map_err(|why| corrupt(format!("{why} (seq {seq})")))?;
         if !is_known_type(event_type) && !is_ignorable(event) {
             return Err(Refusal::Unsupported(unknown_type_refusal(&self.session_id, event_type, seq)));
         }
-        check_retired(event_type, data).map_err(|why| corrupt(format!("{why} (seq {seq})")))?;
         match event_type {
             "turn/end" => check_turn_end(data).map_err(|why| corrupt(format!("{why} (seq {seq})")))?,
             "request/header" => {

@@ -122,7 +122,7 @@ pub fn check_turn_end(data: &Value) -> Result<(), String> {
     if data.keys().any(|k| k != "turn" && k != "reason") {
         return malformed("data may contain only turn and reason");
     }
-    if !data.get("turn").and_then(safe_integer).is_some_and(|t| t >= 1) {
+    if data.get("turn").and_then(safe_integer).is_none_or(|t| t < 1) {
         return malformed("turn is not a safe integer >= 1");
     }
     let Some(reason) = data.get("reason").and_then(Value::as_object) else {
@@ -170,10 +170,10 @@ pub fn check_message_shape(event_type: &str, data: &Value) -> Result<(), String>
         return bad("content is not an array");
     };
     match event_type {
-        "assistant/message" => {
-            if str_field(source, "kind") != Some("model") || !non_empty_str(source, "provider") || !non_empty_str(source, "model") {
-                return bad("source is not a model source with provider and model");
-            }
+        "assistant/message"
+            if str_field(source, "kind") != Some("model") || !non_empty_str(source, "provider") || !non_empty_str(source, "model") =>
+        {
+            return bad("source is not a model source with provider and model");
         }
         "tool/result" => {
             let call_id = str_field(source, "callId").filter(|s| !s.is_empty());

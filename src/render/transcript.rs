@@ -127,19 +127,19 @@ impl TranscriptWriter {
                     self.text(seq, Some("**Compaction failed:**"), error);
                 }
             }
-            ("user/message", SurfaceEffect::Replaced(replacement)) => {
-                // The model's context was compacted here; what the user saw stays above.
-                if data.pointer("/source/plugin").and_then(Value::as_str) == Some("compact") {
-                    let id = data.pointer("/source/compactionId").and_then(Value::as_str).unwrap_or_default();
-                    let summary = self.summaries.remove(id).unwrap_or_default();
-                    self.heading(seq, "context compacted", &time, false);
-                    let note = format!(
-                        "The model's context was compacted here: {} earlier surface messages were replaced by this summary (the conversation above is unchanged).",
-                        replacement.shadowed.len()
-                    );
-                    self.text(seq, Some("**Note:**"), &note);
-                    self.text(seq, Some("**Summary (written by the model, not said by the user):**"), &summary);
-                }
+            // The model's context was compacted here; what the user saw stays above.
+            ("user/message", SurfaceEffect::Replaced(replacement))
+                if data.pointer("/source/plugin").and_then(Value::as_str) == Some("compact") =>
+            {
+                let id = data.pointer("/source/compactionId").and_then(Value::as_str).unwrap_or_default();
+                let summary = self.summaries.remove(id).unwrap_or_default();
+                self.heading(seq, "context compacted", &time, false);
+                let note = format!(
+                    "The model's context was compacted here: {} earlier surface messages were replaced by this summary (the conversation above is unchanged).",
+                    replacement.shadowed.len()
+                );
+                self.text(seq, Some("**Note:**"), &note);
+                self.text(seq, Some("**Summary (written by the model, not said by the user):**"), &summary);
             }
             ("user/message", SurfaceEffect::Appended) => {
                 let source = data.get("source").unwrap_or(&Value::Null);

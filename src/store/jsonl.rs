@@ -17,7 +17,7 @@ use crate::model::chunk_rows::{JSONL_ROW_LIMITS, RowKind, expand_jsonl_row, pack
 use crate::model::header::SessionHeader;
 use crate::model::ids::{decode_segment, encode_segment, project_dir};
 use crate::store::tail::{Decoded, TailScanner};
-use crate::store::zstd_frames::{FrameScan, decode_frame, decode_torn_frame, encode_frame, scan_frame};
+use crate::store::zstd_frames::{Frame, FrameDecoder, FrameReader, FrameScan, decode_frame, decode_torn_frame, encode_frame, scan_frame};
 use crate::store::{Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey};
 
 pub const RAW_NAME: &str = "session.jsonl";
@@ -203,14 +203,17 @@ impl JsonlStore {
     }
 
     fn scan_zstd(&self, path: &Path, from: &ScanPoint, sink: &mut EventSink) -> Result<(ScanPoint, ScanEnd), Refusal> {
-        let bytes = read_from(path, from.offset).map_err(|e| io_refusal(path, e))?;
-        let mut at = 0usize;
+        let mut file = File::open(path).map_err(|e| io_refusal(path, e))?;
+        file.seek(SeekFrom::Start(from.offset)).map_err(|e| io_refusal(path, e))?;
+        let mut reader = FrameReader::new(file);
+        let mut decoder = FrameDecoder::new().map_err(|why| corrupt(path, why))?;
+        let mut here = from.offset;
         let mut frames = from.frames;
         if frames == 0 {
-            match scan_frame(&bytes) {
-                FrameScan::Complete(len) => {
-                    decode_header_frame(&bytes[..len]).map_err(|why| corrupt(path, why))?;
-                    at = len;
+            match reader.next_frame().map_err(|e| io_refusal(path, e))? {
+                Frame::Complete(frame) => {
+                    decode_header_frame(frame).map_err(|why| corrupt(path, why))?;
+                    here += frame.len() as u64;
                     frames = 1;
                 }
                 _ => return Err(corrupt(path, "corrupt Zstandard session log: empty or header-less Zstandard session log")),
@@ -218,39 +221,41 @@ impl JsonlStore {
         }
         let mut scanner = LineScanner { tail: TailScanner::strict(from.events), line_number: from.plain, sink, path };
         loop {
-            if at == bytes.len() {
-                let end = ScanPoint { events: scanner.tail.next_seq(), offset: from.offset + at as u64, plain: scanner.line_number, frames };
-                return Ok((end, ScanEnd::Complete));
-            }
-            let here = from.offset + at as u64;
-            match scan_frame(&bytes[at..]) {
-                FrameScan::Corrupt(why) => {
+            match reader.next_frame().map_err(|e| io_refusal(path, e))? {
+                Frame::End => {
+                    let end = ScanPoint { events: scanner.tail.next_seq(), offset: here, plain: scanner.line_number, frames };
+                    return Ok((end, ScanEnd::Complete));
+                }
+                Frame::Corrupt(why) => {
                     return Err(corrupt(path, format!("corrupt Zstandard session log: {why} at byte {here}")));
                 }
-                FrameScan::Complete(len) => {
-                    let plaintext = decode_frame(&bytes[at..at + len]).map_err(|_| {
+                Frame::Complete(frame) => {
+                    let plaintext = decoder.decode(frame).map_err(|_| {
                         corrupt(path, format!("corrupt Zstandard session log: frame at byte {here} failed validation"))
                     })?;
+                    let torn_record = || {
+                        corrupt(path, format!("corrupt Zstandard session log: complete frame at byte {here} contains a torn JSONL record"))
+                    };
                     if !plaintext.ends_with(b"\n") {
-                        return Err(corrupt(path, format!("corrupt Zstandard session log: complete frame at byte {here} contains a torn JSONL record")));
+                        return Err(torn_record());
                     }
                     let mut within = 0usize;
                     for line in plaintext[..plaintext.len() - 1].split(|b| *b == b'\n') {
                         let loc = EventLoc { record: here, within: within as u32, member: 0 };
                         scanner.line(line, loc).map_err(|r| match r {
                             Refusal::Corrupt(m) if m.starts_with("corrupt session log: unparsable") || m.starts_with("corrupt session log: seq gap") => {
-                                corrupt(path, format!("corrupt Zstandard session log: complete frame at byte {here} contains a torn JSONL record"))
+                                torn_record()
                             }
                             other => other,
                         })?;
                         within += line.len() + 1;
                     }
-                    at += len;
+                    here += frame.len() as u64;
                     frames += 1;
                 }
-                FrameScan::Torn => {
+                Frame::Torn(bytes) => {
                     let committed = ScanPoint { events: scanner.tail.next_seq(), offset: here, plain: scanner.line_number, frames };
-                    let plaintext = decode_torn_frame(&bytes[at..]);
+                    let plaintext = decode_torn_frame(bytes);
                     let mut lenient = LineScanner { tail: TailScanner::new(scanner.tail.next_seq()), line_number: scanner.line_number, sink: scanner.sink, path };
                     let mut within = 0usize;
                     let mut rest = &plaintext[..];

@@ -80,15 +80,105 @@ pub fn scan_frame(bytes: &[u8]) -> FrameScan {
     FrameScan::Complete(at)
 }
 
+/// A decompression context reused across frames: a session log can hold hundreds
+/// of thousands of small frames, and a fresh context per frame would dominate.
+pub struct FrameDecoder {
+    raw: zstd::stream::raw::Decoder<'static>,
+}
+
+impl FrameDecoder {
+    pub fn new() -> Result<FrameDecoder, String> {
+        Ok(FrameDecoder { raw: zstd::stream::raw::Decoder::new().map_err(|e| e.to_string())? })
+    }
+
+    /// Decompresses one complete frame, verifying its checksum.
+    pub fn decode(&mut self, frame: &[u8]) -> Result<Vec<u8>, String> {
+        use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
+        self.raw.reinit().map_err(|e| e.to_string())?;
+        let mut input = InBuffer::around(frame);
+        let mut out: Vec<u8> = Vec::with_capacity(frame.len() * 4);
+        loop {
+            if out.capacity() - out.len() < 64 << 10 {
+                out.reserve(out.len().max(64 << 10));
+            }
+            let start = out.len();
+            let spare = out.capacity() - start;
+            out.resize(start + spare, 0);
+            let mut output = OutBuffer::around(&mut out[start..]);
+            let remaining = self.raw.run(&mut input, &mut output).map_err(|e| e.to_string())?;
+            let produced = output.pos();
+            out.truncate(start + produced);
+            if out.len() > MAX_FRAME_PLAINTEXT {
+                return Err(format!("frame decodes to more than {MAX_FRAME_PLAINTEXT} bytes"));
+            }
+            if remaining == 0 {
+                return if input.pos() == frame.len() { Ok(out) } else { Err("bytes follow the end of the frame".into()) };
+            }
+            if input.pos() == frame.len() && produced == 0 {
+                return Err("the frame ends before its content does".into());
+            }
+        }
+    }
+}
+
 /// Decompresses one complete frame, verifying its checksum.
 pub fn decode_frame(frame: &[u8]) -> Result<Vec<u8>, String> {
-    let mut decoder = zstd::stream::read::Decoder::with_buffer(frame).map_err(|e| e.to_string())?.single_frame();
-    let mut out = Vec::new();
-    let read = decoder.by_ref().take(MAX_FRAME_PLAINTEXT as u64 + 1).read_to_end(&mut out);
-    match read {
-        Ok(_) if out.len() > MAX_FRAME_PLAINTEXT => Err(format!("frame decodes to more than {MAX_FRAME_PLAINTEXT} bytes")),
-        Ok(_) => Ok(out),
-        Err(e) => Err(e.to_string()),
+    FrameDecoder::new()?.decode(frame)
+}
+
+/// Reads a zstd artifact frame by frame, holding one frame in memory at a time.
+pub struct FrameReader<R> {
+    source: R,
+    buffer: Vec<u8>,
+    start: usize,
+    eof: bool,
+}
+
+/// The next piece of an artifact.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    Complete(&'a [u8]),
+    /// The bytes from here to the end are an incomplete final frame.
+    Torn(&'a [u8]),
+    Corrupt(String),
+    End,
+}
+
+impl<R: Read> FrameReader<R> {
+    pub fn new(source: R) -> FrameReader<R> {
+        FrameReader { source, buffer: Vec::new(), start: 0, eof: false }
+    }
+
+    pub fn next_frame(&mut self) -> std::io::Result<Frame<'_>> {
+        loop {
+            let available = &self.buffer[self.start..];
+            if available.is_empty() && self.eof {
+                return Ok(Frame::End);
+            }
+            match scan_frame(available) {
+                FrameScan::Complete(len) => {
+                    let frame = self.start..self.start + len;
+                    self.start += len;
+                    return Ok(Frame::Complete(&self.buffer[frame]));
+                }
+                FrameScan::Corrupt(why) => return Ok(Frame::Corrupt(why)),
+                FrameScan::Torn if self.eof => {
+                    let torn = self.start..self.buffer.len();
+                    self.start = self.buffer.len();
+                    return Ok(Frame::Torn(&self.buffer[torn]));
+                }
+                FrameScan::Torn => {
+                    // Drop consumed frames, then read more of this one.
+                    self.buffer.drain(..self.start);
+                    self.start = 0;
+                    let before = self.buffer.len();
+                    self.buffer.resize(before + (256 << 10), 0);
+                    let read = self.source.read(&mut self.buffer[before..])?;
+                    self.buffer.truncate(before + read);
+                    self.eof = read == 0;
+                }
+            }
+        }
     }
 }
 
@@ -149,6 +239,22 @@ mod tests {
         let mut skippable = 0x184D2A50u32.to_le_bytes().to_vec();
         skippable.extend([0, 0, 0, 0]);
         assert!(matches!(scan_frame(&skippable), FrameScan::Corrupt(_)));
+    }
+
+    #[test]
+    fn the_reader_yields_frames_then_the_torn_rest() {
+        let mut bytes = encode_frame(b"one\n").unwrap();
+        let second = encode_frame(&vec![b'x'; 300_000]).unwrap();
+        bytes.extend(&second);
+        bytes.extend(&encode_frame(b"three\n").unwrap()[..5]);
+        let mut reader = FrameReader::new(&bytes[..]);
+        let mut decoder = FrameDecoder::new().unwrap();
+        let Frame::Complete(first) = reader.next_frame().unwrap() else { panic!("first frame") };
+        assert_eq!(decoder.decode(first).unwrap(), b"one\n");
+        let Frame::Complete(big) = reader.next_frame().unwrap() else { panic!("second frame") };
+        assert_eq!(decoder.decode(big).unwrap().len(), 300_000);
+        assert!(matches!(reader.next_frame().unwrap(), Frame::Torn(rest) if rest.len() == 5));
+        assert_eq!(reader.next_frame().unwrap(), Frame::End);
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub struct Indexed {
 
 pub enum State {
     Indexed(Box<Indexed>),
-    Unreadable(Unreadable),
+    Unreadable(Box<Unreadable>),
 }
 
 /// A session as the filesystem shows it.
@@ -99,14 +99,14 @@ impl SessionView {
             revision: None,
             changed_at: backend.modified(&listing.key).unwrap_or_else(SystemTime::now),
             grace,
-            state: State::Unreadable(Unreadable { header: None, reason: Refusal::Corrupt("not read yet".into()), external: false }),
+            state: State::Unreadable(Box::new(Unreadable { header: None, reason: Refusal::Corrupt("not read yet".into()), external: false })),
         };
         view.state = match &listing.header {
-            Err(why) => State::Unreadable(Unreadable {
+            Err(why) => State::Unreadable(Box::new(Unreadable {
                 header: None,
                 reason: Refusal::Corrupt(format!("{why} ({})", listing.key.describe())),
                 external: false,
-            }),
+            })),
             Ok(_) => view.rebuild(backend),
         };
         view
@@ -121,7 +121,7 @@ impl SessionView {
             revision: None,
             changed_at: SystemTime::now(),
             grace: Duration::ZERO,
-            state: State::Unreadable(Unreadable { header: listing.header.as_ref().ok().cloned(), reason, external: true }),
+            state: State::Unreadable(Box::new(Unreadable { header: listing.header.as_ref().ok().cloned(), reason, external: true })),
         }
     }
 
@@ -153,13 +153,13 @@ impl SessionView {
         self.revision = backend.revision(&self.key).ok();
         let header = match backend.header(&self.key) {
             Ok(header) => header,
-            Err(reason) => return State::Unreadable(Unreadable { header: None, reason, external: false }),
+            Err(reason) => return State::Unreadable(Box::new(Unreadable { header: None, reason, external: false })),
         };
         let fold = match SessionFold::new(&header, &self.id) {
             Ok(fold) => fold,
             Err(reason) => {
                 let reason = with_location(reason, &self.key);
-                return State::Unreadable(Unreadable { header: Some(header), reason, external: false });
+                return State::Unreadable(Box::new(Unreadable { header: Some(header), reason, external: false }));
             }
         };
         let mut indexed = Box::new(Indexed {
@@ -182,7 +182,7 @@ impl SessionView {
             }
             Err(reason) => {
                 let reason = with_location(reason, &self.key);
-                State::Unreadable(Unreadable { header: Some(indexed.header), reason, external: false })
+                State::Unreadable(Box::new(Unreadable { header: Some(indexed.header), reason, external: false }))
             }
         }
     }
