@@ -7,7 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -34,7 +34,7 @@ pub struct JsonlStore {
     root: PathBuf,
     /// The last decompressed zstd frame, so fetching neighbouring events does not
     /// decompress the same frame again and again.
-    frame_cache: Mutex<Option<(PathBuf, u64, Vec<u8>)>>,
+    frame_cache: Mutex<Option<(PathBuf, u64, Arc<Vec<u8>>)>>,
 }
 
 fn is_zstd(path: &Path) -> bool {
@@ -274,7 +274,7 @@ impl JsonlStore {
     }
 
     /// The plaintext of the frame starting at `offset` (complete or torn), cached.
-    fn frame_plaintext(&self, path: &Path, offset: u64) -> Result<Vec<u8>, Refusal> {
+    fn frame_plaintext(&self, path: &Path, offset: u64) -> Result<Arc<Vec<u8>>, Refusal> {
         let mut cache = self.frame_cache.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((cached_path, cached_offset, plaintext)) = cache.as_ref()
             && cached_path == path
@@ -282,11 +282,14 @@ impl JsonlStore {
         {
             return Ok(plaintext.clone());
         }
-        let bytes = read_from(path, offset).map_err(|e| io_refusal(path, e))?;
-        let plaintext = match scan_frame(&bytes) {
-            FrameScan::Complete(len) => decode_frame(&bytes[..len]).map_err(|why| corrupt(path, why))?,
-            FrameScan::Torn => decode_torn_frame(&bytes),
-            FrameScan::Corrupt(why) => return Err(corrupt(path, why)),
+        let mut file = File::open(path).map_err(|e| io_refusal(path, e))?;
+        file.seek(SeekFrom::Start(offset)).map_err(|e| io_refusal(path, e))?;
+        let mut reader = FrameReader::new(file);
+        let plaintext = match reader.next_frame().map_err(|e| io_refusal(path, e))? {
+            Frame::Complete(frame) => Arc::new(decode_frame(frame).map_err(|why| corrupt(path, why))?),
+            Frame::Torn(bytes) => Arc::new(decode_torn_frame(bytes)),
+            Frame::Corrupt(why) => return Err(corrupt(path, why)),
+            Frame::End => return Err(corrupt(path, format!("no frame at byte {offset}"))),
         };
         *cache = Some((path.to_path_buf(), offset, plaintext.clone()));
         Ok(plaintext)
@@ -572,13 +575,6 @@ fn append_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-fn read_from(path: &Path, offset: u64) -> io::Result<Vec<u8>> {
-    let mut file = File::open(path)?;
-    file.seek(SeekFrom::Start(offset))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
-    Ok(bytes)
-}
 
 /// `mkdir` with mode 0700, then fsync the parent so the new entry is durable.
 fn make_private_dir(dir: &Path, parent: &Path) -> io::Result<()> {
