@@ -18,6 +18,7 @@ Options:
   -r, --read-only         refuse writes to the control files (same as -o ro)
       --allow-other       let other users use the mount (same as -o allow_other)
       --grace SECONDS     quiet time before an open turn is shown repaired (default 10)
+      --log-file PATH     where a detached sessionfs writes its log (default: nowhere)
   -o OPT[,OPT...]         mount options:
                             ro, rw, allow_other, allow_root, default_permissions,
                             repair (write the crash repair of quiet sessions
@@ -54,6 +55,8 @@ pub struct Options {
     pub fsname: Option<String>,
     /// Make the crash repair of quiet sessions durable in the store.
     pub repair: bool,
+    /// Where a detached sessionfs writes its log (stderr otherwise goes to /dev/null).
+    pub log_file: Option<PathBuf>,
     /// Generic mount flags passed to the kernel as given.
     pub kernel_flags: Vec<String>,
 }
@@ -76,7 +79,9 @@ fn seconds(value: &str, what: &str) -> Result<Duration, String> {
 }
 
 fn number<T: std::str::FromStr>(value: &str, what: &str) -> Result<T, String> {
-    value.parse().map_err(|_| format!("{what} must be a whole number, not {value:?}"))
+    value
+        .parse()
+        .map_err(|_| format!("{what} must be a whole number, not {value:?}"))
 }
 
 impl Options {
@@ -85,7 +90,9 @@ impl Options {
             Some((k, v)) => (k, Some(v)),
             None => (option, None),
         };
-        let need = |what: &str| value.ok_or_else(|| format!("mount option {what} needs a value ({what}=...)"));
+        let need = |what: &str| {
+            value.ok_or_else(|| format!("mount option {what} needs a value ({what}=...)"))
+        };
         match key {
             "" => {}
             "ro" => self.read_only = true,
@@ -102,7 +109,9 @@ impl Options {
             "uid" => self.uid = Some(number(need("uid")?, "uid")?),
             "gid" => self.gid = Some(number(need("gid")?, "gid")?),
             "grace" => self.grace = seconds(need("grace")?, "grace")?,
-            "cache" => self.cache_bytes = number::<usize>(need("cache")?, "cache")?.saturating_mul(1 << 20),
+            "cache" => {
+                self.cache_bytes = number::<usize>(need("cache")?, "cache")?.saturating_mul(1 << 20)
+            }
             "window" => {
                 let ms: u64 = number(need("window")?, "window")?;
                 if !(1..=2_147_483_647).contains(&ms) {
@@ -117,7 +126,11 @@ impl Options {
             }
             "auto" | "noauto" | "user" | "nouser" | "users" | "_netdev" | "nofail" | "comment" => {}
             _ if key.starts_with("x-") => {}
-            _ => return Err(format!("unknown mount option {option:?} (see sessionfs --help)")),
+            _ => {
+                return Err(format!(
+                    "unknown mount option {option:?} (see sessionfs --help)"
+                ));
+            }
         }
         Ok(())
     }
@@ -141,12 +154,17 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         attr_timeout: Duration::from_secs(1),
         fsname: None,
         repair: false,
+        log_file: None,
         kernel_flags: Vec::new(),
     };
     let mut positional = Vec::new();
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
-        let mut value = |name: &str| iter.next().cloned().ok_or_else(|| format!("{name} needs a value"));
+        let mut value = |name: &str| {
+            iter.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
         match arg.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
             "-V" | "--version" => return Ok(Command::Version),
@@ -158,6 +176,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "-r" | "--read-only" => options.read_only = true,
             "--allow-other" => options.allow_other = true,
             "--grace" => options.grace = seconds(&value("--grace")?, "--grace")?,
+            "--log-file" => options.log_file = Some(PathBuf::from(value("--log-file")?)),
             "-o" => {
                 for option in value("-o")?.split(',') {
                     options.apply_mount_option(option)?;
@@ -169,7 +188,9 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 }
             }
             "--" => positional.extend(iter.by_ref().cloned()),
-            other if other.starts_with('-') && other.len() > 1 => return Err(format!("unknown option {other:?}")),
+            other if other.starts_with('-') && other.len() > 1 => {
+                return Err(format!("unknown option {other:?}"));
+            }
             other => positional.push(other.to_string()),
         }
     }
@@ -194,7 +215,13 @@ mod tests {
 
     #[test]
     fn parses_the_fuse_shaped_command_line() {
-        let Ok(Command::Mount(options)) = parse(&args(&["-f", "-o", "ro,allow_other,uid=5,grace=0.5,noauto", "/s", "/m"])) else {
+        let Ok(Command::Mount(options)) = parse(&args(&[
+            "-f",
+            "-o",
+            "ro,allow_other,uid=5,grace=0.5,noauto",
+            "/s",
+            "/m",
+        ])) else {
             panic!("expected a mount");
         };
         assert!(options.foreground && options.read_only && options.allow_other);
@@ -207,7 +234,14 @@ mod tests {
 
     #[test]
     fn rejects_bad_command_lines() {
-        for bad in [&["/s"][..], &["-x", "/s", "/m"], &["-o", "bogus", "/s", "/m"], &["-o", "uid=x", "/s", "/m"], &["/a", "/b", "/c"], &["-o"]] {
+        for bad in [
+            &["/s"][..],
+            &["-x", "/s", "/m"],
+            &["-o", "bogus", "/s", "/m"],
+            &["-o", "uid=x", "/s", "/m"],
+            &["/a", "/b", "/c"],
+            &["-o"],
+        ] {
             assert!(parse(&args(bad)).is_err(), "{bad:?}");
         }
     }

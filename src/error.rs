@@ -43,17 +43,10 @@ impl Error {
 
     /// Routine errors are logged at debug level so lookups do not flood the log.
     pub fn is_routine(&self) -> bool {
-        matches!(self, Error::NotFound(_) | Error::NotDir(_) | Error::IsDir(_) | Error::ReadOnly(_))
-    }
-
-    pub fn from_io(context: &str, e: &std::io::Error) -> Error {
-        let errno = match e.raw_os_error() {
-            Some(libc::ENOSPC) => libc::ENOSPC,
-            Some(libc::EDQUOT) => libc::EDQUOT,
-            _ if e.kind() == std::io::ErrorKind::AlreadyExists => libc::EEXIST,
-            _ => libc::EIO,
-        };
-        Error::Io { errno, message: format!("{context}: {e}") }
+        matches!(
+            self,
+            Error::NotFound(_) | Error::NotDir(_) | Error::IsDir(_) | Error::ReadOnly(_)
+        )
     }
 }
 

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner,
-    OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::error::Error;
@@ -66,7 +66,10 @@ fn guarded<T>(op: &str, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Errno
             Err(Errno::from_i32(error.errno()))
         }
         Err(panic) => {
-            let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned());
             log::error!("{op} panicked: {}; answered EIO", what.unwrap_or_default());
             Err(Errno::EIO)
         }
@@ -74,7 +77,8 @@ fn guarded<T>(op: &str, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Errno
 }
 
 fn name_str(name: &OsStr) -> Result<&str, Error> {
-    name.to_str().ok_or_else(|| Error::NotFound("names in this filesystem are UTF-8".into()))
+    name.to_str()
+        .ok_or_else(|| Error::NotFound("names in this filesystem are UTF-8".into()))
 }
 
 impl Filesystem for FuseAdapter {
@@ -123,7 +127,11 @@ impl Filesystem for FuseAdapter {
             if mode.is_some() || uid.is_some() || gid.is_some() || size.is_some_and(|s| s != 0) {
                 return Err(Error::ReadOnly("sessionfs files cannot be changed".into()));
             }
-            if size == Some(0) { self.fs.truncate(ino.0) } else { self.fs.getattr(ino.0) }
+            if size == Some(0) {
+                self.fs.truncate(ino.0)
+            } else {
+                self.fs.getattr(ino.0)
+            }
         });
         match result {
             Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
@@ -142,7 +150,11 @@ impl Filesystem for FuseAdapter {
         let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY;
         match guarded("open", || self.fs.open(ino.0, write)) {
             Ok((fh, direct)) => {
-                let flags = if direct { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
+                let flags = if direct {
+                    FopenFlags::FOPEN_DIRECT_IO
+                } else {
+                    FopenFlags::empty()
+                };
                 reply.opened(FileHandle(fh), flags)
             }
             Err(errno) => reply.error(errno),
@@ -184,7 +196,14 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         // Nothing is buffered per open file: control commands act inside write().
         reply.ok();
     }
@@ -203,7 +222,14 @@ impl Filesystem for FuseAdapter {
         reply.ok();
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         // Cookies: 1 and 2 are `.` and `..`; entry k of the listing has cookie k + 3.
         const BATCH: usize = 512;
         let result = guarded("readdir", || {
@@ -246,6 +272,106 @@ impl Filesystem for FuseAdapter {
         reply.statfs(0, 0, 0, files, 0, 4096, 255, 4096);
     }
 
+    // The tree is generated from the store: nothing can be created, removed or
+    // renamed. EROFS says so; the default ENOSYS would read as a missing feature.
+    fn mknod(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        _flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: fuser::ReplyCreate,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
     fn ioctl(
         &self,
         _req: &Request,
@@ -261,7 +387,14 @@ impl Filesystem for FuseAdapter {
         reply.error(Errno::ENOTTY);
     }
 
-    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
         reply.error(Errno::ENOSYS);
     }
 

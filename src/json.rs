@@ -51,9 +51,16 @@ pub fn compact_line(value: &impl serde::Serialize) -> Vec<u8> {
     let raw = serde_json::to_vec(value).unwrap_or_default();
     let mut out = Vec::with_capacity(raw.len() + 1);
     let mut rest = &raw[..];
-    while let Some(at) = rest.windows(3).position(|w| w[0] == 0xE2 && w[1] == 0x80 && (w[2] == 0xA8 || w[2] == 0xA9)) {
+    while let Some(at) = rest
+        .windows(3)
+        .position(|w| w[0] == 0xE2 && w[1] == 0x80 && (w[2] == 0xA8 || w[2] == 0xA9))
+    {
         out.extend_from_slice(&rest[..at]);
-        out.extend_from_slice(if rest[at + 2] == 0xA8 { b"\\u2028" } else { b"\\u2029" });
+        out.extend_from_slice(if rest[at + 2] == 0xA8 {
+            b"\\u2028"
+        } else {
+            b"\\u2029"
+        });
         rest = &rest[at + 3..];
     }
     out.extend_from_slice(rest);
@@ -122,9 +129,13 @@ mod tests {
 
     #[test]
     fn safe_integers_accept_js_spellings() {
-        let v: Value = serde_json::from_str("[5, 5.0, 5e0, -3, 1.5, 9007199254740992, -0]").unwrap();
+        let v: Value =
+            serde_json::from_str("[5, 5.0, 5e0, -3, 1.5, 9007199254740992, -0]").unwrap();
         let got: Vec<Option<i64>> = v.as_array().unwrap().iter().map(safe_integer).collect();
-        assert_eq!(got, vec![Some(5), Some(5), Some(5), Some(-3), None, None, Some(0)]);
+        assert_eq!(
+            got,
+            vec![Some(5), Some(5), Some(5), Some(-3), None, None, Some(0)]
+        );
         assert!(is_negative_zero(&v[6]));
         assert!(!is_negative_zero(&v[0]));
     }
@@ -147,7 +158,10 @@ mod tests {
 
     #[test]
     fn deep_equal_ignores_key_order_only() {
-        assert!(deep_equal(&json!({"a": 1, "b": [1, {"c": 2, "d": 3}]}), &json!({"b": [1, {"d": 3, "c": 2}], "a": 1})));
+        assert!(deep_equal(
+            &json!({"a": 1, "b": [1, {"c": 2, "d": 3}]}),
+            &json!({"b": [1, {"d": 3, "c": 2}], "a": 1})
+        ));
         assert!(!deep_equal(&json!({"a": [1, 2]}), &json!({"a": [2, 1]})));
     }
 }

@@ -33,8 +33,13 @@ fn main() -> ExitCode {
         }
     };
     // fuser's own warnings are mostly about requests it answers by default.
-    let default_level = if options.debug { "debug" } else { "warn,fuser=error" };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level)).init();
+    let default_level = if options.debug {
+        "debug"
+    } else {
+        "warn,fuser=error"
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
+        .init();
 
     // Check what can be checked before detaching, so the error reaches the user.
     if let Err(message) = preflight(&options) {
@@ -62,10 +67,19 @@ fn preflight(options: &Options) -> Result<(), String> {
         _ => format!("mount point {}: {e}", options.mountpoint.display()),
     })?;
     if !meta.is_dir() {
-        return Err(format!("mount point {} is not a directory", options.mountpoint.display()));
+        return Err(format!(
+            "mount point {} is not a directory",
+            options.mountpoint.display()
+        ));
     }
-    if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
-        return Err(format!("cannot use /dev/fuse ({e}); is the fuse kernel module loaded?"));
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        return Err(format!(
+            "cannot use /dev/fuse ({e}); is the fuse kernel module loaded?"
+        ));
     }
     // Opening the store checks that it is a Harness store at all.
     sessionfs::store::open(&options.store).map(|_| ())
@@ -77,15 +91,22 @@ fn daemonize(options: &Options) -> ExitCode {
     let mut fds = [0; 2];
     // SAFETY: pipe() fills two descriptors we then own.
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        eprintln!("sessionfs: cannot create a pipe: {}", std::io::Error::last_os_error());
+        eprintln!(
+            "sessionfs: cannot create a pipe: {}",
+            std::io::Error::last_os_error()
+        );
         return ExitCode::from(1);
     }
     // SAFETY: the descriptors were just created by pipe().
-    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     // SAFETY: no threads exist yet, so the child may keep running Rust code.
     match unsafe { libc::fork() } {
         -1 => {
-            eprintln!("sessionfs: cannot fork: {}", std::io::Error::last_os_error());
+            eprintln!(
+                "sessionfs: cannot fork: {}",
+                std::io::Error::last_os_error()
+            );
             ExitCode::from(1)
         }
         0 => {
@@ -93,12 +114,10 @@ fn daemonize(options: &Options) -> ExitCode {
             // SAFETY: setsid() has no preconditions in a fresh child.
             unsafe { libc::setsid() };
             let status = std::fs::File::from(write_end);
+            // A failure reaches the parent through the pipe, which prints it.
             match serve(options, Some(status)) {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(message) => {
-                    log::error!("{message}");
-                    ExitCode::from(1)
-                }
+                Err(_) => ExitCode::from(1),
             }
         }
         _ => {
@@ -147,12 +166,23 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
     };
     let fs = SessionFs::new(store, config);
     let mut mount_options = vec![
-        MountOption::FSName(options.fsname.clone().unwrap_or_else(|| options.store.display().to_string().replace(',', "\\,"))),
+        MountOption::FSName(
+            options
+                .fsname
+                .clone()
+                .unwrap_or_else(|| options.store.display().to_string().replace(',', "\\,")),
+        ),
         MountOption::Subtype("sessionfs".into()),
         MountOption::DefaultPermissions,
-        MountOption::NoDev,
-        MountOption::NoSuid,
     ];
+    // Safe defaults unless the user (or mount.fuse3, for fstab) says otherwise.
+    let flags = &options.kernel_flags;
+    if !flags.iter().any(|f| f == "dev" || f == "nodev") {
+        mount_options.push(MountOption::NoDev);
+    }
+    if !flags.iter().any(|f| f == "suid" || f == "nosuid") {
+        mount_options.push(MountOption::NoSuid);
+    }
     if options.read_only {
         mount_options.push(MountOption::RO);
     }
@@ -183,13 +213,21 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
     // Signals are handled by one thread with sigwait; every thread blocks them.
     let signals = block_signals();
     let adapter = FuseAdapter::new(fs.clone(), options.attr_timeout);
-    let mut session = fuser::Session::new(adapter, &options.mountpoint, &config)
-        .map_err(|e| format!("cannot mount {} at {}: {e}", options.store.display(), options.mountpoint.display()))?;
+    let mut session = fuser::Session::new(adapter, &options.mountpoint, &config).map_err(|e| {
+        format!(
+            "cannot mount {} at {}: {e}",
+            options.store.display(),
+            options.mountpoint.display()
+        )
+    })?;
     let notifier = session.notifier();
     let mut unmounter = session.unmount_callable();
 
     let writeback = fs.writeback();
-    std::thread::Builder::new().name("writeback".into()).spawn(move || writeback.run()).map_err(|e| e.to_string())?;
+    std::thread::Builder::new()
+        .name("writeback".into())
+        .spawn(move || writeback.run())
+        .map_err(|e| e.to_string())?;
     let watched = Arc::downgrade(&fs);
     std::thread::Builder::new()
         .name("follow".into())
@@ -215,7 +253,8 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
             log::info!("signal {signal}: unmounting {}", mountpoint.display());
             if let Err(e) = unmounter.unmount() {
                 log::warn!("unmount after signal {signal} failed ({e}); detaching lazily");
-                if let Ok(path) = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes()) {
+                if let Ok(path) = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
+                {
                     // SAFETY: a valid NUL-terminated path.
                     unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
                 }
@@ -227,23 +266,46 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
     if let Some(mut pipe) = ready.take() {
         let _ = pipe.write_all(b"ok");
         drop(pipe);
-        // Detach from the terminal: the parent has reported success.
-        if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
-            use std::os::fd::AsRawFd;
-            // SAFETY: duplicating a valid descriptor onto stdio.
-            unsafe {
-                libc::dup2(null.as_raw_fd(), 0);
-                libc::dup2(null.as_raw_fd(), 1);
-            }
-        }
+        detach_stdio(options.log_file.as_deref());
     }
     let result = session.run();
     let unwritten = fs.writeback().shutdown();
     if !unwritten.is_empty() {
-        log::error!("unmounted with sessions not written to the store: {}", unwritten.join(", "));
+        log::error!(
+            "unmounted with sessions not written to the store: {}",
+            unwritten.join(", ")
+        );
     }
     log::info!("unmounted {}", options.mountpoint.display());
     result.map_err(|e| format!("the mount ended with an error: {e}"))
+}
+
+/// Detaches the daemon from the terminal once the parent has reported success:
+/// stdin and stdout go to /dev/null, stderr (the log) to `--log-file` or /dev/null,
+/// so a pipeline such as `sessionfs S M 2>&1 | tee` does not wait for the unmount.
+fn detach_stdio(log_file: Option<&std::path::Path>) {
+    use std::os::fd::AsRawFd;
+    let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    else {
+        return;
+    };
+    let log = log_file.and_then(|path| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .ok()
+    });
+    let stderr = log.as_ref().map_or(null.as_raw_fd(), |f| f.as_raw_fd());
+    // SAFETY: duplicating valid descriptors onto stdio.
+    unsafe {
+        libc::dup2(null.as_raw_fd(), 0);
+        libc::dup2(null.as_raw_fd(), 1);
+        libc::dup2(stderr, 2);
+    }
 }
 
 fn block_signals() -> libc::sigset_t {

@@ -55,12 +55,20 @@ impl Log {
     }
 
     /// Replaces surface positions i..=j by `event`, as the Harness fold does.
-    fn replace(&mut self, i: usize, j: usize, mut event: Value, message: Option<Value>, extra_sources: &[u64]) {
+    fn replace(
+        &mut self,
+        i: usize,
+        j: usize,
+        mut event: Value,
+        message: Option<Value>,
+        extra_sources: &[u64],
+    ) {
         let shadowed: Vec<u64> = self.surface[i..=j].iter().map(|(s, _)| *s).collect();
         let mut sources = extra_sources.to_vec();
         sources.extend(&shadowed);
         event["sourceEventSeqs"] = json!(sources);
-        event["surfaceOp"] = json!({"op": "replace", "start": shadowed[0], "end": shadowed[shadowed.len() - 1]});
+        event["surfaceOp"] =
+            json!({"op": "replace", "start": shadowed[0], "end": shadowed[shadowed.len() - 1]});
         let seq = self.push(event);
         for s in &shadowed {
             self.shadowed_by[*s as usize] = Some(seq);
@@ -70,13 +78,23 @@ impl Log {
 }
 
 fn user_message(id: String, text: &str, plugin: bool) -> Value {
-    let source = if plugin { json!({"kind": "plugin", "plugin": "compact", "compactionId": "c"}) } else { json!({"kind": "user"}) };
+    let source = if plugin {
+        json!({"kind": "plugin", "plugin": "compact", "compactionId": "c"})
+    } else {
+        json!({"kind": "user"})
+    };
     json!({"content": [{"type": "text", "text": text}], "source": source, "role": "user", "id": id})
 }
 
 fn generate(seed: u64) -> Log {
     let mut rng = Rng(seed);
-    let mut log = Log { events: Vec::new(), surface: Vec::new(), shadowed_by: Vec::new(), tool_results: Vec::new(), user_texts: Vec::new() };
+    let mut log = Log {
+        events: Vec::new(),
+        surface: Vec::new(),
+        shadowed_by: Vec::new(),
+        tool_results: Vec::new(),
+        user_texts: Vec::new(),
+    };
     let turns = 2 + rng.below(6);
     for turn in 1..=turns {
         log.push(json!({"type": "turn/start", "data": {"turn": turn}}));
@@ -101,7 +119,8 @@ fn generate(seed: u64) -> Log {
             let empty = !call && rng.below(6) == 0;
             let mut content = Vec::new();
             if !empty {
-                content.push(json!({"type": "text", "text": format!("answer{seed}x{turn}x{step}")}));
+                content
+                    .push(json!({"type": "text", "text": format!("answer{seed}x{turn}x{step}")}));
             }
             let call_id = format!("call-{turn}-{step}");
             if call {
@@ -119,7 +138,9 @@ fn generate(seed: u64) -> Log {
             }
             log.push(json!({"type": "step/end", "data": {"turn": turn, "step": step}}));
         }
-        log.push(json!({"type": "turn/end", "data": {"turn": turn, "reason": {"kind": "completed"}}}));
+        log.push(
+            json!({"type": "turn/end", "data": {"turn": turn, "reason": {"kind": "completed"}}}),
+        );
         // Between turns: sometimes a compaction over a random range, sometimes a prune.
         match rng.below(3) {
             0 if log.surface.len() >= 2 => {
@@ -127,20 +148,47 @@ fn generate(seed: u64) -> Log {
                 let j = i + rng.below((log.surface.len() - i) as u64) as usize;
                 let start = log.push(json!({"type": "compaction/start", "data": {"compactionId": "c", "turn": null}}));
                 let summary = log.push(json!({"type": "compaction/summary", "data": {"compactionId": "c", "summary": [{"type": "text", "text": format!("summary{seed}x{turn}")}]}}));
-                let message = user_message(format!("s{turn}"), &format!("checkpoint{seed}x{turn}"), true);
-                log.replace(i, j, json!({"type": "user/message", "data": message.clone()}), Some(message), &[start, summary]);
-                log.push(json!({"type": "compaction/end", "data": {"compactionId": "c", "turn": null}}));
+                let message = user_message(
+                    format!("s{turn}"),
+                    &format!("checkpoint{seed}x{turn}"),
+                    true,
+                );
+                log.replace(
+                    i,
+                    j,
+                    json!({"type": "user/message", "data": message.clone()}),
+                    Some(message),
+                    &[start, summary],
+                );
+                log.push(
+                    json!({"type": "compaction/end", "data": {"compactionId": "c", "turn": null}}),
+                );
             }
             1 => {
-                let current: Vec<usize> = log.surface.iter().enumerate().filter(|(_, (s, _))| log.tool_results.contains(s)).map(|(i, _)| i).collect();
-                if let Some(&position) = current.get(rng.below(current.len().max(1) as u64) as usize) {
+                let current: Vec<usize> = log
+                    .surface
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (s, _))| log.tool_results.contains(s))
+                    .map(|(i, _)| i)
+                    .collect();
+                if let Some(&position) =
+                    current.get(rng.below(current.len().max(1) as u64) as usize)
+                {
                     let original = log.events[log.surface[position].0 as usize].clone();
                     log.push(json!({"type": "compaction/prune", "data": {}}));
                     let mut data = original["data"].clone();
-                    data["message"]["content"][0]["content"] = json!([{"type": "text", "text": "pruned"}]);
+                    data["message"]["content"][0]["content"] =
+                        json!([{"type": "text", "text": "pruned"}]);
                     let message = data["message"].clone();
                     let seq = log.events.len() as u64;
-                    log.replace(position, position, json!({"type": "tool/result", "data": data}), Some(message), &[]);
+                    log.replace(
+                        position,
+                        position,
+                        json!({"type": "tool/result", "data": data}),
+                        Some(message),
+                        &[],
+                    );
                     log.tool_results.push(seq);
                 }
             }
@@ -151,7 +199,17 @@ fn generate(seed: u64) -> Log {
 }
 
 fn header(id: &str) -> SessionHeader {
-    SessionHeader { version: 0.into(), id: id.into(), created_at: 1, cwd: None, parent_session: None, seed_length: None, origin: None, delegation_depth: None, agent_preset: None }
+    SessionHeader {
+        version: 0.into(),
+        id: id.into(),
+        created_at: 1,
+        cwd: None,
+        parent_session: None,
+        seed_length: None,
+        origin: None,
+        delegation_depth: None,
+        agent_preset: None,
+    }
 }
 
 #[test]
@@ -160,34 +218,67 @@ fn derived_views_equal_a_naive_reference_fold() {
         let log = generate(seed);
         let store = MemoryStore::default();
         let id = format!("prop-{seed}");
-        let events: Vec<_> = log.events.iter().map(|e| e.as_object().expect("object").clone()).collect();
+        let events: Vec<_> = log
+            .events
+            .iter()
+            .map(|e| e.as_object().expect("object").clone())
+            .collect();
         store.insert(header(&id), events);
         let key = SessionKey::Row(id.clone());
-        let listing = Listing { id: id.clone(), key: key.clone(), header: Ok(header(&id)) };
+        let listing = Listing {
+            id: id.clone(),
+            key: key.clone(),
+            header: Ok(header(&id)),
+        };
         let mut view = SessionView::load(&store, &listing, Duration::ZERO);
-        assert!(view.error_text().is_none(), "seed {seed}: {:?}", view.error_text().map(String::from_utf8));
+        assert!(
+            view.error_text().is_none(),
+            "seed {seed}: {:?}",
+            view.error_text().map(String::from_utf8)
+        );
         let indexed = view.indexed_mut().expect("indexed");
         let backend: &dyn Backend = &store;
 
-        let surface = indexed.file(backend, &key, ViewFile::Surface).expect("surface");
-        let got: Vec<Value> = std::str::from_utf8(&surface.bytes).expect("utf8").lines().map(|l| serde_json::from_str(l).expect("line")).collect();
+        let surface = indexed
+            .file(backend, &key, ViewFile::Surface)
+            .expect("surface");
+        let got: Vec<Value> = std::str::from_utf8(&surface.bytes)
+            .expect("utf8")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("line"))
+            .collect();
         let want: Vec<Value> = log.surface.iter().filter_map(|(_, m)| m.clone()).collect();
         assert_eq!(got, want, "seed {seed}: surface");
 
-        let transcript = indexed.file(backend, &key, ViewFile::Transcript).expect("transcript");
+        let transcript = indexed
+            .file(backend, &key, ViewFile::Transcript)
+            .expect("transcript");
         let transcript = std::str::from_utf8(&transcript.bytes).expect("utf8");
         let mut at = 0;
         for text in &log.user_texts {
-            let found = transcript[at..].find(text.as_str()).unwrap_or_else(|| panic!("seed {seed}: transcript lost {text}"));
+            let found = transcript[at..]
+                .find(text.as_str())
+                .unwrap_or_else(|| panic!("seed {seed}: transcript lost {text}"));
             at += found;
         }
 
         let index = indexed.file(backend, &key, ViewFile::Index).expect("index");
-        let rows: Vec<Value> = std::str::from_utf8(&index.bytes).expect("utf8").lines().map(|l| serde_json::from_str(l).expect("row")).collect();
-        assert_eq!(rows.len(), log.events.len(), "seed {seed}: one row per event");
+        let rows: Vec<Value> = std::str::from_utf8(&index.bytes)
+            .expect("utf8")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("row"))
+            .collect();
+        assert_eq!(
+            rows.len(),
+            log.events.len(),
+            "seed {seed}: one row per event"
+        );
         let current: Vec<u64> = log.surface.iter().map(|(s, _)| *s).collect();
         for (seq, row) in rows.iter().enumerate() {
-            assert_eq!(row["seq"], seq as u64, "seed {seed}: rows in seq order, each once");
+            assert_eq!(
+                row["seq"], seq as u64,
+                "seed {seed}: rows in seq order, each once"
+            );
             let want = if current.contains(&(seq as u64)) {
                 "current"
             } else if log.shadowed_by[seq].is_some() {

@@ -51,7 +51,10 @@ fn check_session(dir: &Path, exp: &Value, sqlite: bool) -> Vec<String> {
     let header = read_json(&dir.join("header.json"));
     for (key, want) in exp["header"].as_object().expect("header") {
         if header.get(key) != Some(want) {
-            fail(format!("header.json {key} = {:?}, expected {want}", header.get(key)));
+            fail(format!(
+                "header.json {key} = {:?}, expected {want}",
+                header.get(key)
+            ));
         }
     }
     if !sqlite && header["delegationDepth"] != exp["header"]["delegationDepth"] {
@@ -65,22 +68,32 @@ fn check_session(dir: &Path, exp: &Value, sqlite: bool) -> Vec<String> {
     }
 
     // events/: one file per logical event, value and key order, stat size = bytes.
-    let mut names: Vec<String> =
-        std::fs::read_dir(dir.join("events")).expect("events/").map(|e| e.expect("entry").file_name().into_string().expect("utf8")).collect();
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("events"))
+        .expect("events/")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf8"))
+        .collect();
     names.sort();
     let events = exp["events"].as_array().expect("events");
     if names.len() != events.len() {
-        fail(format!("events/ has {} files, expected {}", names.len(), events.len()));
+        fail(format!(
+            "events/ has {} files, expected {}",
+            names.len(),
+            events.len()
+        ));
     }
     for (name, want) in names.iter().zip(events) {
         let path = dir.join("events").join(name);
         let bytes = std::fs::read(&path).expect("event file");
         if std::fs::metadata(&path).expect("stat").len() != bytes.len() as u64 {
-            fail(format!("events/{name}: stat size differs from the bytes read"));
+            fail(format!(
+                "events/{name}: stat size differs from the bytes read"
+            ));
         }
         let got: Value = serde_json::from_slice(&bytes).expect("event JSON");
         if &got != want || serde_json::to_string(&got).ok() != serde_json::to_string(want).ok() {
-            fail(format!("events/{name} differs from the logged event (value or key order)"));
+            fail(format!(
+                "events/{name} differs from the logged event (value or key order)"
+            ));
         }
         let seq = want["seq"].as_u64().expect("seq");
         let type_part = want["type"].as_str().expect("type").replace('/', ".");
@@ -91,11 +104,23 @@ fn check_session(dir: &Path, exp: &Value, sqlite: bool) -> Vec<String> {
 
     // surface.jsonl: the derived messages, one per line.
     let surface = std::fs::read_to_string(dir.join("surface.jsonl")).expect("surface.jsonl");
-    let messages: Vec<Value> = surface.split('\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_str(l).expect("line")).collect();
+    let messages: Vec<Value> = surface
+        .split('\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).expect("line"))
+        .collect();
     if messages != *exp["messages"].as_array().expect("messages") {
-        fail(format!("surface.jsonl has {} messages, differing from the Harness's {}", messages.len(), exp["messageCount"]));
+        fail(format!(
+            "surface.jsonl has {} messages, differing from the Harness's {}",
+            messages.len(),
+            exp["messageCount"]
+        ));
     }
-    for (line, want) in surface.split('\n').filter(|l| !l.is_empty()).zip(exp["messages"].as_array().expect("messages")) {
+    for (line, want) in surface
+        .split('\n')
+        .filter(|l| !l.is_empty())
+        .zip(exp["messages"].as_array().expect("messages"))
+    {
         let got: Value = serde_json::from_str(line).expect("line");
         if serde_json::to_string(&got).ok() != serde_json::to_string(want).ok() {
             fail("a surface.jsonl message has another key order than the log".into());
@@ -103,7 +128,8 @@ fn check_session(dir: &Path, exp: &Value, sqlite: bool) -> Vec<String> {
     }
 
     // transcript.md: every append-origin message's text, in order.
-    let transcript = alnum(&std::fs::read_to_string(dir.join("transcript.md")).expect("transcript.md"));
+    let transcript =
+        alnum(&std::fs::read_to_string(dir.join("transcript.md")).expect("transcript.md"));
     let mut at = 0;
     for entry in exp["transcript"].as_array().expect("transcript") {
         let mut found = Vec::new();
@@ -115,31 +141,52 @@ fn check_session(dir: &Path, exp: &Value, sqlite: bool) -> Vec<String> {
             }
             match transcript[at..].find(&snippet) {
                 Some(offset) => at += offset,
-                None => fail(format!("transcript.md lacks, in order, the text of seq {}", entry["seq"])),
+                None => fail(format!(
+                    "transcript.md lacks, in order, the text of seq {}",
+                    entry["seq"]
+                )),
             }
         }
     }
 
     // index.jsonl: one row per event with the session-query classification.
     let index = std::fs::read_to_string(dir.join("index.jsonl")).expect("index.jsonl");
-    let rows: Vec<Value> = index.lines().map(|l| serde_json::from_str(l).expect("index line")).collect();
+    let rows: Vec<Value> = index
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("index line"))
+        .collect();
     let records = exp["query"]["records"].as_array().expect("records");
     if rows.len() != records.len() {
-        fail(format!("index.jsonl has {} rows, expected {}", rows.len(), records.len()));
+        fail(format!(
+            "index.jsonl has {} rows, expected {}",
+            rows.len(),
+            records.len()
+        ));
     }
     for (row, want) in rows.iter().zip(records) {
-        if row["seq"] != want["seq"] || row["type"] != want["type"] || row["standing"] != want["surface"] {
-            fail(format!("index.jsonl row {} is {row}, the Harness classifies {want}", want["seq"]));
+        if row["seq"] != want["seq"]
+            || row["type"] != want["type"]
+            || row["standing"] != want["surface"]
+        {
+            fail(format!(
+                "index.jsonl row {} is {row}, the Harness classifies {want}",
+                want["seq"]
+            ));
             break;
         }
     }
     // Replacements cite their sources, so a summary leads back to the originals.
-    for replacement in exp["surface"]["replacements"].as_array().expect("replacements") {
+    for replacement in exp["surface"]["replacements"]
+        .as_array()
+        .expect("replacements")
+    {
         let seq = replacement["seq"].as_u64().expect("seq") as usize;
         let cited = &rows[seq]["cites"];
         let logged = &events[seq]["sourceEventSeqs"];
         if cited != logged {
-            fail(format!("index.jsonl row {seq} cites {cited}, the log says {logged}"));
+            fail(format!(
+                "index.jsonl row {seq} cites {cited}, the log says {logged}"
+            ));
         }
     }
     failures
@@ -152,12 +199,21 @@ fn check_store(store: &str, skip: &[&str]) {
     let sqlite = store.starts_with("sqlite");
     let mut failures = Vec::new();
     let sessions = clean_sessions();
-    let mut listed: Vec<String> = std::fs::read_dir(mount.path()).expect("root").map(|e| e.expect("entry").file_name().into_string().expect("utf8")).collect();
+    let mut listed: Vec<String> = std::fs::read_dir(mount.path())
+        .expect("root")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf8"))
+        .collect();
     listed.sort();
-    let mut want: Vec<String> = sessions.iter().map(|(id, _)| sessionfs::model::ids::encode_segment(id).expect("id")).collect();
+    let mut want: Vec<String> = sessions
+        .iter()
+        .map(|(id, _)| sessionfs::model::ids::encode_segment(id).expect("id"))
+        .collect();
     want.push("flush".into());
     want.sort();
-    assert_eq!(listed, want, "{store}: the root lists one directory per session");
+    assert_eq!(
+        listed, want,
+        "{store}: the root lists one directory per session"
+    );
     for (id, exp) in &sessions {
         if skip.contains(&id.as_str()) {
             continue;
@@ -167,8 +223,16 @@ fn check_store(store: &str, skip: &[&str]) {
     drop(mount);
     assert!(failures.is_empty(), "{store}:\n{}", failures.join("\n"));
     // The SQLite store legitimately gains -wal/-shm files; nothing else may change.
-    let after: BTreeMap<_, _> = snapshot(copy.dir.path()).into_iter().filter(|(p, _)| !p.to_string_lossy().ends_with("-wal") && !p.to_string_lossy().ends_with("-shm")).collect();
-    assert_eq!(before, after, "{store}: reading every file changed the store");
+    let after: BTreeMap<_, _> = snapshot(copy.dir.path())
+        .into_iter()
+        .filter(|(p, _)| {
+            !p.to_string_lossy().ends_with("-wal") && !p.to_string_lossy().ends_with("-shm")
+        })
+        .collect();
+    assert_eq!(
+        before, after,
+        "{store}: reading every file changed the store"
+    );
 }
 
 #[test]
@@ -196,7 +260,9 @@ fn sqlite14_store_matches_the_harness_views_and_refuses_what_it_lost() {
     let dir = session_dir(mount.path(), "metrics-ignorable");
     let error = std::fs::read_to_string(dir.join("error")).expect("error file");
     let formats = expected("formats/sqlite14.json");
-    let message = formats["sessions"]["metrics-ignorable"]["error"]["message"].as_str().expect("message");
+    let message = formats["sessions"]["metrics-ignorable"]["error"]["message"]
+        .as_str()
+        .expect("message");
     assert!(error.starts_with(message), "{error}");
     assert!(dir.join("header.json").exists());
     for derived in ["surface.jsonl", "transcript.md", "index.jsonl", "events"] {
@@ -212,44 +278,88 @@ fn check_crash_store(store: &str) {
     let before = snapshot(copy.dir.path());
     let mount = Mount::new(&copy.path, &["-o", "grace=0"]);
     let mut checked = 0;
-    for entry in std::fs::read_dir(common::fixtures().join("expected/crash").join(store)).expect("cases") {
+    for entry in
+        std::fs::read_dir(common::fixtures().join("expected/crash").join(store)).expect("cases")
+    {
         let case = read_json(&entry.expect("entry").path());
         let id = case["case"]["id"].as_str().expect("id");
         let dir = session_dir(mount.path(), id);
         let inspect = &case["inspect"];
         if let Some(count) = inspect["eventCount"].as_u64() {
-            let mut names: Vec<String> = std::fs::read_dir(dir.join("events")).expect("events").map(|e| e.expect("e").file_name().into_string().expect("utf8")).collect();
+            let mut names: Vec<String> = std::fs::read_dir(dir.join("events"))
+                .expect("events")
+                .map(|e| e.expect("e").file_name().into_string().expect("utf8"))
+                .collect();
             names.sort();
             assert_eq!(names.len() as u64, count, "{store}/{id}: events shown");
             let synthetic = inspect["syntheticEvents"].as_array().expect("synthetic");
             let first = names.len() - synthetic.len();
             for (name, want) in names[first..].iter().zip(synthetic) {
-                assert!(name.ends_with(".synthetic.json"), "{store}/{id}: {name} is not marked synthetic");
+                assert!(
+                    name.ends_with(".synthetic.json"),
+                    "{store}/{id}: {name} is not marked synthetic"
+                );
                 let got = read_json(&dir.join("events").join(name));
                 assert_eq!(&got, want, "{store}/{id}: closer {name}");
-                assert_eq!(serde_json::to_string(&got).ok(), serde_json::to_string(want).ok(), "{store}/{id}: closer key order");
+                assert_eq!(
+                    serde_json::to_string(&got).ok(),
+                    serde_json::to_string(want).ok(),
+                    "{store}/{id}: closer key order"
+                );
             }
-            assert!(names[..first].iter().all(|n| !n.contains("synthetic")), "{store}/{id}: logged events marked synthetic");
+            assert!(
+                names[..first].iter().all(|n| !n.contains("synthetic")),
+                "{store}/{id}: logged events marked synthetic"
+            );
             let index = std::fs::read_to_string(dir.join("index.jsonl")).expect("index");
-            assert_eq!(index.lines().filter(|l| l.contains("\"synthetic\":true")).count(), synthetic.len());
-            let transcript = std::fs::read_to_string(dir.join("transcript.md")).expect("transcript");
-            assert!(transcript.contains("synthetic: added by crash repair"), "{store}/{id}: transcript marks closers");
+            assert_eq!(
+                index
+                    .lines()
+                    .filter(|l| l.contains("\"synthetic\":true"))
+                    .count(),
+                synthetic.len()
+            );
+            let transcript =
+                std::fs::read_to_string(dir.join("transcript.md")).expect("transcript");
+            assert!(
+                transcript.contains("synthetic: added by crash repair"),
+                "{store}/{id}: transcript marks closers"
+            );
             for closer in synthetic.iter().filter(|c| c["type"] == "tool/result") {
                 let code = closer["data"]["error"]["code"].as_str().expect("code");
-                assert!(transcript.contains(code), "{store}/{id}: transcript names {code}");
+                assert!(
+                    transcript.contains(code),
+                    "{store}/{id}: transcript names {code}"
+                );
             }
         } else {
             let want = inspect["error"]["message"].as_str().expect("error message");
-            let want = want.split("(raw log: <store-root>").next().expect("prefix").trim_end();
-            let error = std::fs::read_to_string(dir.join("error")).unwrap_or_else(|e| panic!("{store}/{id}: error file: {e}"));
-            assert!(error.starts_with(want), "{store}/{id}: error is {error:?}, the Harness says {want:?}");
-            assert!(!dir.join("surface.jsonl").exists() && !dir.join("events").exists(), "{store}/{id}: no derived views");
+            let want = want
+                .split("(raw log: <store-root>")
+                .next()
+                .expect("prefix")
+                .trim_end();
+            let error = std::fs::read_to_string(dir.join("error"))
+                .unwrap_or_else(|e| panic!("{store}/{id}: error file: {e}"));
+            assert!(
+                error.starts_with(want),
+                "{store}/{id}: error is {error:?}, the Harness says {want:?}"
+            );
+            assert!(
+                !dir.join("surface.jsonl").exists() && !dir.join("events").exists(),
+                "{store}/{id}: no derived views"
+            );
         }
         checked += 1;
     }
     drop(mount);
     assert!(checked >= 8, "{store}: only {checked} cases checked");
-    let after: BTreeMap<_, _> = snapshot(copy.dir.path()).into_iter().filter(|(p, _)| !p.to_string_lossy().ends_with("-wal") && !p.to_string_lossy().ends_with("-shm")).collect();
+    let after: BTreeMap<_, _> = snapshot(copy.dir.path())
+        .into_iter()
+        .filter(|(p, _)| {
+            !p.to_string_lossy().ends_with("-wal") && !p.to_string_lossy().ends_with("-shm")
+        })
+        .collect();
     assert_eq!(before, after, "{store}: the crash store was modified");
 }
 
@@ -282,12 +392,25 @@ fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
             let entry = entry.expect("entry");
             let path = entry.path();
             let kind = entry.file_type().expect("type");
-            let rel = path.strip_prefix(root).expect("prefix").to_string_lossy().into_owned();
+            let rel = path
+                .strip_prefix(root)
+                .expect("prefix")
+                .to_string_lossy()
+                .into_owned();
             if kind.is_dir() {
                 stack.push(path);
             } else if kind.is_symlink() {
-                out.insert(rel, std::fs::read_link(&path).expect("link").into_os_string().into_encoded_bytes());
-            } else if !matches!(path.file_name().and_then(|n| n.to_str()), Some("fork" | "flush")) {
+                out.insert(
+                    rel,
+                    std::fs::read_link(&path)
+                        .expect("link")
+                        .into_os_string()
+                        .into_encoded_bytes(),
+                );
+            } else if !matches!(
+                path.file_name().and_then(|n| n.to_str()),
+                Some("fork" | "flush")
+            ) {
                 out.insert(rel, std::fs::read(&path).expect("read"));
             }
         }
@@ -299,17 +422,32 @@ fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
 fn the_three_encodings_give_byte_identical_trees() {
     let stores = ["jsonl", "jsonl-zstd", "sqlite17", "sqlite14"];
     let copies: Vec<_> = stores.iter().map(|s| store_copy(s)).collect();
-    let mounts: Vec<Mount> = copies.iter().map(|c| Mount::new(&c.path, &["-o", "grace=0"])).collect();
+    let mounts: Vec<Mount> = copies
+        .iter()
+        .map(|c| Mount::new(&c.path, &["-o", "grace=0"]))
+        .collect();
     let trees: Vec<_> = mounts.iter().map(|m| tree(m.path())).collect();
     for (store, other) in stores.iter().zip(&trees).skip(1) {
-        let mut differing: Vec<&String> = trees[0].keys().filter(|k| other.get(*k) != trees[0].get(*k)).collect();
+        let mut differing: Vec<&String> = trees[0]
+            .keys()
+            .filter(|k| other.get(*k) != trees[0].get(*k))
+            .collect();
         // Schema 14 lost metrics-ignorable's markers; everything else must agree.
         if *store == "sqlite14" {
             differing.retain(|k| !k.starts_with("metrics-ignorable/"));
         }
-        assert!(differing.is_empty(), "{store} differs from jsonl in {} files, e.g. {:?}", differing.len(), &differing[..differing.len().min(5)]);
+        assert!(
+            differing.is_empty(),
+            "{store} differs from jsonl in {} files, e.g. {:?}",
+            differing.len(),
+            &differing[..differing.len().min(5)]
+        );
     }
-    assert!(trees[0].len() > 2500, "the comparison covered {} files", trees[0].len());
+    assert!(
+        trees[0].len() > 2500,
+        "the comparison covered {} files",
+        trees[0].len()
+    );
 }
 
 #[test]
@@ -320,7 +458,12 @@ fn everyday_tools_agree_with_stat() {
     let session = session_dir(mount.path(), "pipeline-compaction");
 
     // cp -r copies a session directory out; every file equals what cat reads.
-    let status = std::process::Command::new("cp").arg("-r").arg(&session).arg(out.path().join("copy")).status().expect("cp");
+    let status = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&session)
+        .arg(out.path().join("copy"))
+        .status()
+        .expect("cp");
     assert!(status.success());
     let original = tree(&session);
     let copied = tree(&out.path().join("copy"));
@@ -328,26 +471,82 @@ fn everyday_tools_agree_with_stat() {
 
     // tar sees the same sizes (it reads by stat size).
     let tarball = out.path().join("s.tar");
-    let status = std::process::Command::new("tar").arg("cf").arg(&tarball).arg("-C").arg(mount.path()).arg("pipeline-compaction").status().expect("tar");
+    let status = std::process::Command::new("tar")
+        .arg("cf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(mount.path())
+        .arg("pipeline-compaction")
+        .status()
+        .expect("tar");
     assert!(status.success());
-    let listing = std::process::Command::new("tar").arg("tvf").arg(&tarball).output().expect("tar tvf");
+    let listing = std::process::Command::new("tar")
+        .arg("tvf")
+        .arg(&tarball)
+        .output()
+        .expect("tar tvf");
     let listing = String::from_utf8_lossy(&listing.stdout);
-    let transcript_size = std::fs::metadata(session.join("transcript.md")).expect("stat").len();
-    assert!(listing.lines().any(|l| l.ends_with("pipeline-compaction/transcript.md") && l.contains(&format!(" {transcript_size} "))), "{listing}");
+    let transcript_size = std::fs::metadata(session.join("transcript.md"))
+        .expect("stat")
+        .len();
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.ends_with("pipeline-compaction/transcript.md")
+                && l.contains(&format!(" {transcript_size} "))),
+        "{listing}"
+    );
 
     // ls -l lists every session; grep -rl finds text inside compressed logs.
-    let ls = std::process::Command::new("ls").arg("-l").arg(mount.path()).output().expect("ls");
+    let ls = std::process::Command::new("ls")
+        .arg("-l")
+        .arg(mount.path())
+        .output()
+        .expect("ls");
     assert!(ls.status.success());
-    assert_eq!(String::from_utf8_lossy(&ls.stdout).lines().filter(|l| l.starts_with('d')).count(), 15);
-    let grep = std::process::Command::new("grep").arg("-rl").arg("watermark").arg(mount.path()).output().expect("grep");
+    assert_eq!(
+        String::from_utf8_lossy(&ls.stdout)
+            .lines()
+            .filter(|l| l.starts_with('d'))
+            .count(),
+        15
+    );
+    let grep = std::process::Command::new("grep")
+        .arg("-rl")
+        .arg("watermark")
+        .arg(mount.path())
+        .output()
+        .expect("grep");
     let hits = String::from_utf8_lossy(&grep.stdout);
-    assert!(hits.lines().any(|l| l.ends_with("pipeline-compaction/transcript.md")), "{hits}");
+    assert!(
+        hits.lines()
+            .any(|l| l.ends_with("pipeline-compaction/transcript.md")),
+        "{hits}"
+    );
     // Modes: generated files read-only, directories 0555.
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(session.join("surface.jsonl")).expect("stat").permissions().mode() & 0o777, 0o444);
-    assert_eq!(std::fs::metadata(&session).expect("stat").permissions().mode() & 0o777, 0o555);
-    let err = std::fs::write(session.join("surface.jsonl"), b"x").expect_err("generated files are read-only");
-    assert!(matches!(err.raw_os_error(), Some(libc::EACCES | libc::EROFS)), "{err}");
+    assert_eq!(
+        std::fs::metadata(session.join("surface.jsonl"))
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o444
+    );
+    assert_eq!(
+        std::fs::metadata(&session)
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o555
+    );
+    let err = std::fs::write(session.join("surface.jsonl"), b"x")
+        .expect_err("generated files are read-only");
+    assert!(
+        matches!(err.raw_os_error(), Some(libc::EACCES | libc::EROFS)),
+        "{err}"
+    );
 }
 
 #[test]
@@ -356,9 +555,23 @@ fn inode_numbers_stay_stable_while_mounted() {
     let copy = store_copy("jsonl");
     let mount = Mount::new(&copy.path, &["-o", "grace=0"]);
     let session = session_dir(mount.path(), "ledger-chat");
-    let first: Vec<u64> = ["header.json", "surface.jsonl", "events/00000002-user.message.json"].iter().map(|f| std::fs::metadata(session.join(f)).expect("stat").ino()).collect();
+    let first: Vec<u64> = [
+        "header.json",
+        "surface.jsonl",
+        "events/00000002-user.message.json",
+    ]
+    .iter()
+    .map(|f| std::fs::metadata(session.join(f)).expect("stat").ino())
+    .collect();
     let _ = tree(mount.path());
-    let again: Vec<u64> = ["header.json", "surface.jsonl", "events/00000002-user.message.json"].iter().map(|f| std::fs::metadata(session.join(f)).expect("stat").ino()).collect();
+    let again: Vec<u64> = [
+        "header.json",
+        "surface.jsonl",
+        "events/00000002-user.message.json",
+    ]
+    .iter()
+    .map(|f| std::fs::metadata(session.join(f)).expect("stat").ino())
+    .collect();
     assert_eq!(first, again);
     let mut unique = first.clone();
     unique.dedup();

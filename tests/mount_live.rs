@@ -24,24 +24,42 @@ enum Kind {
 fn append(kind: Kind, store: &Path, id: &str, events: &[Value]) {
     match kind {
         Kind::Jsonl | Kind::Zstd => {
-            let name = if matches!(kind, Kind::Jsonl) { "session.jsonl" } else { "session.jsonl.zstd" };
+            let name = if matches!(kind, Kind::Jsonl) {
+                "session.jsonl"
+            } else {
+                "session.jsonl.zstd"
+            };
             let path = artifact(store, id, name);
             let mut plaintext = Vec::new();
             for event in events {
                 plaintext.extend(serde_json::to_vec(event).expect("json"));
                 plaintext.push(b'\n');
             }
-            let bytes = if matches!(kind, Kind::Zstd) { sessionfs::store::zstd_frames::encode_frame(&plaintext).expect("frame") } else { plaintext };
-            let mut file = std::fs::OpenOptions::new().append(true).open(path).expect("open");
+            let bytes = if matches!(kind, Kind::Zstd) {
+                sessionfs::store::zstd_frames::encode_frame(&plaintext).expect("frame")
+            } else {
+                plaintext
+            };
+            let mut file = std::fs::OpenOptions::new()
+                .append(true)
+                .open(path)
+                .expect("open");
             file.write_all(&bytes).expect("append");
             file.sync_all().expect("fsync");
         }
         Kind::Sqlite => {
             let mut db = rusqlite::Connection::open(store).expect("db");
-            let tx = db.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).expect("tx");
+            let tx = db
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .expect("tx");
             for event in events {
                 let sources = event.get("sourceEventSeqs").map(|s| {
-                    let seqs: Vec<u64> = s.as_array().expect("array").iter().map(|v| v.as_u64().expect("seq")).collect();
+                    let seqs: Vec<u64> = s
+                        .as_array()
+                        .expect("array")
+                        .iter()
+                        .map(|v| v.as_u64().expect("seq"))
+                        .collect();
                     sessionfs::store::sqlite::encode_source_seqs(&seqs)
                 });
                 tx.execute(
@@ -58,7 +76,11 @@ fn append(kind: Kind, store: &Path, id: &str, events: &[Value]) {
                 )
                 .expect("insert");
             }
-            tx.execute("UPDATE sessions SET revision = revision + 1 WHERE id = ?1", [id]).expect("revision");
+            tx.execute(
+                "UPDATE sessions SET revision = revision + 1 WHERE id = ?1",
+                [id],
+            )
+            .expect("revision");
             tx.commit().expect("commit");
         }
     }
@@ -75,14 +97,19 @@ fn artifact(store: &Path, id: &str, name: &str) -> PathBuf {
 }
 
 fn event_count(dir: &Path) -> usize {
-    std::fs::read_dir(dir.join("events")).map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir(dir.join("events"))
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 /// Polls until `check` holds, for at most `limit`; returns how long it took.
 fn within(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
     while !check() {
-        assert!(start.elapsed() < limit, "{what} did not happen within {limit:?}");
+        assert!(
+            start.elapsed() < limit,
+            "{what} did not happen within {limit:?}"
+        );
         std::thread::sleep(Duration::from_millis(25));
     }
     start.elapsed()
@@ -103,36 +130,68 @@ fn follow(kind: Kind, store_name: &str) {
     let header: Value = common::read_json(&dir.join("header.json"));
     assert_eq!(header["id"], "ledger-chat");
     let before = event_count(&dir);
-    let surface_before = std::fs::read_to_string(dir.join("surface.jsonl")).expect("surface").lines().count();
+    let surface_before = std::fs::read_to_string(dir.join("surface.jsonl"))
+        .expect("surface")
+        .lines()
+        .count();
     let mut reader = std::fs::File::open(dir.join("transcript.md")).expect("open transcript");
     let mut seen = String::new();
     std::io::Read::read_to_string(&mut reader, &mut seen).expect("read");
 
     let needle = format!("live needle {kind:?} 7f3a");
     let last = before as u64 - 1;
-    append(kind, &copy.path, "ledger-chat", &next_turn(last, 5, 1_790_000_000_000, &needle));
-    let took = within(Duration::from_secs(1), "new events in events/", || event_count(&dir) == before + 3);
-    within(Duration::from_secs(1), "the new message in transcript.md", || {
-        std::fs::read_to_string(dir.join("transcript.md")).is_ok_and(|t| t.contains(&needle))
+    append(
+        kind,
+        &copy.path,
+        "ledger-chat",
+        &next_turn(last, 5, 1_790_000_000_000, &needle),
+    );
+    let took = within(Duration::from_secs(1), "new events in events/", || {
+        event_count(&dir) == before + 3
     });
+    within(
+        Duration::from_secs(1),
+        "the new message in transcript.md",
+        || std::fs::read_to_string(dir.join("transcript.md")).is_ok_and(|t| t.contains(&needle)),
+    );
     let surface = std::fs::read_to_string(dir.join("surface.jsonl")).expect("surface");
-    assert_eq!(surface.lines().count(), surface_before + 1, "surface.jsonl gained the message");
+    assert_eq!(
+        surface.lines().count(),
+        surface_before + 1,
+        "surface.jsonl gained the message"
+    );
     assert!(surface.lines().last().expect("line").contains(&needle));
     let index = std::fs::read_to_string(dir.join("index.jsonl")).expect("index");
     assert_eq!(index.lines().count(), before + 3);
     // The handle opened before the append keeps reading on: the file only grew.
     let mut more = String::new();
     std::io::Read::read_to_string(&mut reader, &mut more).expect("read on");
-    assert!(more.contains(&needle), "an open transcript handle follows appends");
+    assert!(
+        more.contains(&needle),
+        "an open transcript handle follows appends"
+    );
     eprintln!("{kind:?}: events visible after {took:?}");
 
     // The turn is open and still being written: not repaired yet.
-    let names: Vec<String> = std::fs::read_dir(dir.join("events")).expect("events").map(|e| e.expect("e").file_name().into_string().expect("u")).collect();
-    assert!(names.iter().all(|n| !n.contains("synthetic")), "a live turn is not closed by a reader");
+    let names: Vec<String> = std::fs::read_dir(dir.join("events"))
+        .expect("events")
+        .map(|e| e.expect("e").file_name().into_string().expect("u"))
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.contains("synthetic")),
+        "a live turn is not closed by a reader"
+    );
     // Quiet for the grace period: shown with the interrupted closers.
-    within(Duration::from_secs(5), "synthetic closers after the grace period", || event_count(&dir) == before + 5);
+    within(
+        Duration::from_secs(5),
+        "synthetic closers after the grace period",
+        || event_count(&dir) == before + 5,
+    );
     let transcript = std::fs::read_to_string(dir.join("transcript.md")).expect("transcript");
-    assert!(transcript.contains("interrupted"), "the transcript marks the interrupted turn");
+    assert!(
+        transcript.contains("interrupted"),
+        "the transcript marks the interrupted turn"
+    );
     // The writer comes back and ends the turn: the closers give way to the real events.
     append(
         kind,
@@ -143,10 +202,21 @@ fn follow(kind: Kind, store_name: &str) {
             json!({"type": "turn/end", "seq": last + 5, "time": 1_790_000_000_011i64, "data": {"turn": 5, "reason": {"kind": "completed"}}}),
         ],
     );
-    within(Duration::from_secs(1), "the logged turn/end replacing the closers", || {
-        std::fs::read_dir(dir.join("events")).expect("events").all(|e| !e.expect("e").file_name().to_string_lossy().contains("synthetic"))
-            && event_count(&dir) == before + 5
-    });
+    within(
+        Duration::from_secs(1),
+        "the logged turn/end replacing the closers",
+        || {
+            std::fs::read_dir(dir.join("events"))
+                .expect("events")
+                .all(|e| {
+                    !e.expect("e")
+                        .file_name()
+                        .to_string_lossy()
+                        .contains("synthetic")
+                })
+                && event_count(&dir) == before + 5
+        },
+    );
     let last_name = format!("{:08}-turn.end.json", last + 5);
     let turn_end = common::read_json(&dir.join("events").join(last_name));
     assert_eq!(turn_end["data"]["reason"]["kind"], "completed");
@@ -176,13 +246,26 @@ fn a_torn_final_record_is_not_shown_until_complete() {
     let path = artifact(&copy.path, "release-notes", "session.jsonl");
     let line = serde_json::to_string(&json!({"type": "session/title", "seq": before, "time": 1, "data": {"title": "t", "messageSeqs": [], "source": {"kind": "user"}}})).expect("json");
     let (head, tail) = line.split_at(line.len() / 2);
-    let mut file = std::fs::OpenOptions::new().append(true).open(&path).expect("open");
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .expect("open");
     file.write_all(head.as_bytes()).expect("write");
     std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(event_count(&dir), before, "half a record is not an event yet");
-    assert!(!dir.join("error").exists(), "a record being written is not an error");
-    file.write_all(format!("{tail}\n").as_bytes()).expect("write");
-    within(Duration::from_secs(1), "the completed record", || event_count(&dir) == before + 1);
+    assert_eq!(
+        event_count(&dir),
+        before,
+        "half a record is not an event yet"
+    );
+    assert!(
+        !dir.join("error").exists(),
+        "a record being written is not an error"
+    );
+    file.write_all(format!("{tail}\n").as_bytes())
+        .expect("write");
+    within(Duration::from_secs(1), "the completed record", || {
+        event_count(&dir) == before + 1
+    });
 }
 
 #[test]
@@ -192,10 +275,21 @@ fn new_sessions_appear_in_the_root() {
     let source = artifact(&copy.path, "release-notes", "session.jsonl");
     let text = std::fs::read_to_string(&source).expect("read");
     let renamed = text.replacen("\"id\":\"release-notes\"", "\"id\":\"brand-new\"", 1);
-    let dir = source.parent().expect("dir").parent().expect("project").join("brand-new");
+    let dir = source
+        .parent()
+        .expect("dir")
+        .parent()
+        .expect("project")
+        .join("brand-new");
     std::fs::create_dir(&dir).expect("mkdir");
     std::fs::write(dir.join("session.jsonl"), renamed).expect("write");
-    within(Duration::from_secs(2), "the new session directory", || mount.path().join("brand-new").join("surface.jsonl").exists());
+    within(Duration::from_secs(2), "the new session directory", || {
+        mount
+            .path()
+            .join("brand-new")
+            .join("surface.jsonl")
+            .exists()
+    });
 }
 
 #[test]
@@ -204,7 +298,13 @@ fn tail_f_shows_new_messages_as_they_land() {
     let mount = Mount::new(&copy.path, &["-o", "grace=60"]);
     let dir = session_dir(mount.path(), "ledger-chat");
     let last = event_count(&dir) as u64 - 1;
-    let mut tail = Command::new("tail").arg("-n0").arg("-f").arg(dir.join("transcript.md")).stdout(Stdio::piped()).spawn().expect("tail");
+    let mut tail = Command::new("tail")
+        .arg("-n0")
+        .arg("-f")
+        .arg(dir.join("transcript.md"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("tail");
     let stdout = tail.stdout.take().expect("stdout");
     let (sender, receiver) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -216,7 +316,12 @@ fn tail_f_shows_new_messages_as_they_land() {
     });
     std::thread::sleep(Duration::from_millis(1500));
     let needle = "tail follows this 91c2";
-    append(Kind::Zstd, &copy.path, "ledger-chat", &next_turn(last, 5, 1_790_000_000_000, needle));
+    append(
+        Kind::Zstd,
+        &copy.path,
+        "ledger-chat",
+        &next_turn(last, 5, 1_790_000_000_000, needle),
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut found = false;
     while Instant::now() < deadline && !found {

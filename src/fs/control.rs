@@ -20,7 +20,10 @@ pub struct ForkLog {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as i64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as i64
 }
 
 impl ForkLog {
@@ -35,10 +38,15 @@ impl ForkLog {
     pub fn status(&self, session: &str) -> String {
         let mut out = format!("# write SEQ or \"SEQ NAME\" here to fork {session:?} through SEQ\n");
         for fork in &self.forks {
-            out.push_str(&format!("fork: through seq {} -> {}\n", fork.boundary, fork.child));
+            out.push_str(&format!(
+                "fork: through seq {} -> {}\n",
+                fork.boundary, fork.child
+            ));
         }
         match &self.last_error {
-            Some((when, message)) => out.push_str(&format!("last-error: {} {message}\n", format_time(*when))),
+            Some((when, message)) => {
+                out.push_str(&format!("last-error: {} {message}\n", format_time(*when)))
+            }
             None => out.push_str("last-error: none\n"),
         }
         out
@@ -48,25 +56,41 @@ impl ForkLog {
 /// A write to `flush` carries no arguments: an empty line (`echo > flush`) or the
 /// word `flush`.
 pub fn parse_flush_command(data: &[u8]) -> Result<(), String> {
-    let text = std::str::from_utf8(data).map_err(|_| "the flush command is not text".to_string())?;
+    let text =
+        std::str::from_utf8(data).map_err(|_| "the flush command is not text".to_string())?;
     match text.trim_end_matches('\n') {
         "" | "flush" => Ok(()),
-        other => Err(format!("unknown flush command {other:?}: write an empty line (echo > flush)")),
+        other => Err(format!(
+            "unknown flush command {other:?}: write an empty line (echo > flush)"
+        )),
     }
 }
 
 /// A random (version 4) UUID, lowercase, from the kernel's random source.
 pub fn uuid_v4() -> String {
     let mut bytes = [0u8; 16];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).is_err() {
-        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos()
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_err()
+    {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
             ^ (u128::from(std::process::id()) << 64);
         bytes = seed.to_le_bytes();
     }
     bytes[6] = (bytes[6] & 0x0f) | 0x40;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }
 
 #[cfg(test)]

@@ -65,7 +65,10 @@ impl Ino {
                 let local = match node {
                     Node::Event(seq) => EVENT_BASE | (seq & (EVENT_BASE - 1)),
                     Node::Child(child) => CHILD_BASE | u64::from(child),
-                    fixed => FIXED.iter().find(|(n, _)| *n == fixed).map_or(0, |(_, l)| *l),
+                    fixed => FIXED
+                        .iter()
+                        .find(|(n, _)| *n == fixed)
+                        .map_or(0, |(_, l)| *l),
                 };
                 (u64::from(slot) + 1) << SLOT_SHIFT | local
             }

@@ -193,7 +193,11 @@ impl SessionFs {
 
     /// Lists the store again when the last listing is older than `max_age`.
     fn relist(&self, max_age: Duration) {
-        if let Some(at) = self.table.read().unwrap_or_else(|p| p.into_inner()).listed_at
+        if let Some(at) = self
+            .table
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .listed_at
             && at.elapsed() < max_age
         {
             return;
@@ -229,7 +233,14 @@ impl SessionFs {
         table.listed_at = Some(Instant::now());
     }
 
-    fn add_slot(table: &mut Table, name: String, id: String, listing: Listing, source: Source, refusal: Option<Refusal>) -> u32 {
+    fn add_slot(
+        table: &mut Table,
+        name: String,
+        id: String,
+        listing: Listing,
+        source: Source,
+        refusal: Option<Refusal>,
+    ) -> u32 {
         let number = table.slots.len() as u32;
         table.slots.push(Arc::new(Slot {
             name: name.clone(),
@@ -248,11 +259,20 @@ impl SessionFs {
 
     fn slot(&self, number: u32) -> Result<Arc<Slot>> {
         let table = self.table.read().unwrap_or_else(|p| p.into_inner());
-        table.slots.get(number as usize).cloned().ok_or_else(|| Error::NotFound(format!("no session slot {number}")))
+        table
+            .slots
+            .get(number as usize)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("no session slot {number}")))
     }
 
     fn slot_by_name(&self, name: &str) -> Option<u32> {
-        self.table.read().unwrap_or_else(|p| p.into_inner()).by_name.get(name).copied()
+        self.table
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_name
+            .get(name)
+            .copied()
     }
 
     fn slot_by_id(&self, id: &str) -> Option<u32> {
@@ -262,33 +282,52 @@ impl SessionFs {
     fn backend_of(&self, slot: &Slot) -> (Arc<dyn Backend>, SessionKey) {
         match &*lock(&slot.source) {
             Source::Store(key) => (self.store.clone(), key.clone()),
-            Source::Pending => (self.memory.clone() as Arc<dyn Backend>, SessionKey::Row(slot.id.clone())),
+            Source::Pending => (
+                self.memory.clone() as Arc<dyn Backend>,
+                SessionKey::Row(slot.id.clone()),
+            ),
         }
     }
 
     /// A pending child became durable: serve it from the store from now on.
     fn made_durable(&self, id: &str, key: SessionKey) {
-        let Some(number) = self.slot_by_id(id) else { return };
+        let Some(number) = self.slot_by_id(id) else {
+            return;
+        };
         let Ok(slot) = self.slot(number) else { return };
         let mut view = lock(&slot.view);
         *lock(&slot.source) = Source::Store(key.clone());
         if let Ok(header) = self.store.header(&key) {
-            *lock(&slot.listing) = Listing { id: id.to_string(), key, header: Ok(header) };
+            *lock(&slot.listing) = Listing {
+                id: id.to_string(),
+                key,
+                header: Ok(header),
+            };
         }
         *view = None;
     }
 
     /// The inodes of a session whose content may have changed.
     fn session_inodes(number: u32) -> impl Iterator<Item = u64> {
-        [Node::Dir, Node::Header, Node::Events, Node::Surface, Node::Transcript, Node::Index]
-            .into_iter()
-            .map(move |node| Ino::Session(number, node).encode())
+        [
+            Node::Dir,
+            Node::Header,
+            Node::Events,
+            Node::Surface,
+            Node::Transcript,
+            Node::Index,
+        ]
+        .into_iter()
+        .map(move |node| Ino::Session(number, node).encode())
     }
 
     /// The session's view, loaded (and kept current) on demand.
     fn view<'a>(&self, slot: &'a Slot) -> MutexGuard<'a, Option<SessionView>> {
         let mut guard = lock(&slot.view);
-        slot.last_used.store(self.clock.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        slot.last_used.store(
+            self.clock.fetch_add(1, Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
         let (backend, _) = self.backend_of(slot);
         match guard.as_mut() {
             None => {
@@ -323,7 +362,12 @@ impl SessionFs {
 
     /// Drops the least recently used views while the cache is over budget.
     fn evict_beyond_budget(&self, keep: &Slot) {
-        let slots: Vec<Arc<Slot>> = self.table.read().unwrap_or_else(|p| p.into_inner()).slots.clone();
+        let slots: Vec<Arc<Slot>> = self
+            .table
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .slots
+            .clone();
         let mut loaded: Vec<(u64, usize, Arc<Slot>)> = slots
             .into_iter()
             .filter_map(|s| {
@@ -353,7 +397,13 @@ impl SessionFs {
         self.relist(Duration::ZERO);
         let slots: Vec<(u32, Arc<Slot>)> = {
             let table = self.table.read().unwrap_or_else(|p| p.into_inner());
-            table.slots.iter().cloned().enumerate().map(|(i, s)| (i as u32, s)).collect()
+            table
+                .slots
+                .iter()
+                .cloned()
+                .enumerate()
+                .map(|(i, s)| (i as u32, s))
+                .collect()
         };
         let mut changed = std::mem::take(&mut *lock(&self.stale));
         for (number, slot) in slots {
@@ -361,7 +411,9 @@ impl SessionFs {
                 continue;
             }
             let (backend, _) = self.backend_of(&slot);
-            let Ok(mut guard) = slot.view.try_lock() else { continue };
+            let Ok(mut guard) = slot.view.try_lock() else {
+                continue;
+            };
             let Some(view) = guard.as_mut() else { continue };
             *lock(&slot.checked) = Instant::now();
             let mut refreshed = view.refresh(backend.as_ref());
@@ -383,7 +435,12 @@ impl SessionFs {
         };
         match self.store.repair(&view.key, &keep, &revision, &tail) {
             Ok(()) => {
-                log::info!("repaired session {:?}: kept {} stored events, appended {} events", slot.id, keep.events, tail.len());
+                log::info!(
+                    "repaired session {:?}: kept {} stored events, appended {} events",
+                    slot.id,
+                    keep.events,
+                    tail.len()
+                );
                 view.refresh(self.store.as_ref())
             }
             Err(e) => {
@@ -397,7 +454,16 @@ impl SessionFs {
 
     fn attr(&self, ino: u64, kind: Kind, size: u64, perm: u16, mtime: SystemTime) -> Attr {
         let nlink = if kind == Kind::Dir { 2 } else { 1 };
-        Attr { ino, kind, size, perm, nlink, mtime, uid: self.config.uid, gid: self.config.gid }
+        Attr {
+            ino,
+            kind,
+            size,
+            perm,
+            nlink,
+            mtime,
+            uid: self.config.uid,
+            gid: self.config.gid,
+        }
     }
 
     fn control_perm(&self) -> u16 {
@@ -411,7 +477,9 @@ impl SessionFs {
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         match Ino::decode(ino).ok_or_else(|| Error::NotFound(format!("unknown inode {ino}")))? {
             Ino::Root => Ok(self.attr(ino, Kind::Dir, 0, 0o555, self.root_mtime())),
-            Ino::RootFlush => Ok(self.attr(ino, Kind::File, 0, self.control_perm(), self.root_mtime())),
+            Ino::RootFlush => {
+                Ok(self.attr(ino, Kind::File, 0, self.control_perm(), self.root_mtime()))
+            }
             Ino::Session(number, node) => self.session_attr(number, node),
         }
     }
@@ -420,15 +488,22 @@ impl SessionFs {
         let slot = self.slot(number)?;
         let ino = Ino::Session(number, node).encode();
         if node == Node::Dir {
-            // Listing the root must not read whole logs: a session directory's
-            // time is its creation time until the session is read.
-            let loaded = slot.view.try_lock().ok().and_then(|v| v.as_ref().map(SessionView::mtime));
-            let created = lock(&slot.listing).header.as_ref().map(|h| h.created_at).unwrap_or(0);
-            let mtime = loaded.unwrap_or(SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(created).unwrap_or(0)));
+            // A session directory's time is the session's creation: known from the
+            // listing alone (listing the root reads no logs), and it never changes
+            // while a reader walks the directory (tar checks that).
+            let created = lock(&slot.listing)
+                .header
+                .as_ref()
+                .map(|h| h.created_at)
+                .unwrap_or(0);
+            let mtime =
+                SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(created).unwrap_or(0));
             return Ok(self.attr(ino, Kind::Dir, 0, 0o555, mtime));
         }
         let mut guard = self.view(&slot);
-        let view = guard.as_mut().ok_or_else(|| Error::NotFound("session vanished".into()))?;
+        let view = guard
+            .as_mut()
+            .ok_or_else(|| Error::NotFound("session vanished".into()))?;
         let mtime = view.mtime();
         let present = self.node_present(&slot, view, node);
         if !present {
@@ -443,24 +518,49 @@ impl SessionFs {
                 self.attr(ino, Kind::Symlink, target.len() as u64, 0o777, mtime)
             }
             Node::Fork | Node::Flush => self.attr(ino, Kind::File, 0, self.control_perm(), mtime),
-            Node::Error => self.attr(ino, Kind::File, view.error_text().map_or(0, |t| t.len() as u64), 0o444, mtime),
+            Node::Error => self.attr(
+                ino,
+                Kind::File,
+                view.error_text().map_or(0, |t| t.len() as u64),
+                0o444,
+                mtime,
+            ),
             Node::Header => {
                 let size = match view.indexed_mut() {
-                    Some(indexed) => size_of(indexed.file(backend.as_ref(), &key, ViewFile::Header)?),
-                    None => crate::render::header_json(view.header().ok_or_else(|| Error::NotFound("no header".into()))?, None).len() as u64,
+                    Some(indexed) => {
+                        size_of(indexed.file(backend.as_ref(), &key, ViewFile::Header)?)
+                    }
+                    None => crate::render::header_json(
+                        view.header()
+                            .ok_or_else(|| Error::NotFound("no header".into()))?,
+                        None,
+                    )
+                    .len() as u64,
                 };
                 self.attr(ino, Kind::File, size, 0o444, mtime)
             }
             Node::Surface | Node::Transcript | Node::Index => {
-                let indexed = view.indexed_mut().ok_or_else(|| Error::NotFound("no such view".into()))?;
+                let indexed = view
+                    .indexed_mut()
+                    .ok_or_else(|| Error::NotFound("no such view".into()))?;
                 let size = size_of(indexed.file(backend.as_ref(), &key, view_file(node))?);
                 self.attr(ino, Kind::File, size, 0o444, mtime)
             }
             Node::Event(seq) => {
-                let indexed = view.indexed().ok_or_else(|| Error::NotFound("no events".into()))?;
+                let indexed = view
+                    .indexed()
+                    .ok_or_else(|| Error::NotFound("no events".into()))?;
                 let event = indexed.event(backend.as_ref(), &key, seq)?;
-                let time = indexed.event_time(seq).map_or(mtime, |ms| SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
-                self.attr(ino, Kind::File, event_file::content(&event).len() as u64, 0o444, time)
+                let time = indexed.event_time(seq).map_or(mtime, |ms| {
+                    SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+                });
+                self.attr(
+                    ino,
+                    Kind::File,
+                    event_file::content(&event).len() as u64,
+                    0o444,
+                    time,
+                )
             }
         };
         Ok(attr)
@@ -475,7 +575,10 @@ impl SessionFs {
             Node::Events | Node::Surface | Node::Transcript | Node::Index | Node::Fork => readable,
             Node::Flush => true,
             Node::Error => !readable,
-            Node::Parent => view.header().and_then(|h| h.parent_session.as_ref()).is_some(),
+            Node::Parent => view
+                .header()
+                .and_then(|h| h.parent_session.as_ref())
+                .is_some(),
             Node::Event(seq) => seq < view.event_count(),
             Node::Child(child) => self.children_of(&slot.id).contains(&child),
         }
@@ -484,8 +587,14 @@ impl SessionFs {
     fn symlink_target(&self, _slot: &Slot, view: &SessionView, node: Node) -> Result<String> {
         match node {
             Node::Parent => {
-                let parent = view.header().and_then(|h| h.parent_session.clone()).ok_or_else(|| Error::NotFound("no parent".into()))?;
-                Ok(format!("../{}", encode_segment(&parent).unwrap_or_default()))
+                let parent = view
+                    .header()
+                    .and_then(|h| h.parent_session.clone())
+                    .ok_or_else(|| Error::NotFound("no parent".into()))?;
+                Ok(format!(
+                    "../{}",
+                    encode_segment(&parent).unwrap_or_default()
+                ))
             }
             Node::Child(child) => Ok(format!("../../{}", self.slot(child)?.name)),
             _ => Err(Error::Invalid("not a symlink".into())),
@@ -494,11 +603,21 @@ impl SessionFs {
 
     /// Slots whose header names `parent_id` as their parent.
     fn children_of(&self, parent_id: &str) -> Vec<u32> {
-        let slots: Vec<Arc<Slot>> = self.table.read().unwrap_or_else(|p| p.into_inner()).slots.clone();
+        let slots: Vec<Arc<Slot>> = self
+            .table
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .slots
+            .clone();
         slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| lock(&s.listing).header.as_ref().is_ok_and(|h| h.parent_session.as_deref() == Some(parent_id)))
+            .filter(|(_, s)| {
+                lock(&s.listing)
+                    .header
+                    .as_ref()
+                    .is_ok_and(|h| h.parent_session.as_deref() == Some(parent_id))
+            })
             .map(|(i, _)| i as u32)
             .collect()
     }
@@ -506,7 +625,9 @@ impl SessionFs {
     // ---- lookup and listing ------------------------------------------------------
 
     pub fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
-        match Ino::decode(parent).ok_or_else(|| Error::NotFound(format!("unknown inode {parent}")))? {
+        match Ino::decode(parent)
+            .ok_or_else(|| Error::NotFound(format!("unknown inode {parent}")))?
+        {
             Ino::Root => {
                 if name == "flush" {
                     return self.getattr(inode::ROOT_FLUSH);
@@ -516,7 +637,8 @@ impl SessionFs {
                     Some(n) => n,
                     None => {
                         self.relist(Duration::from_millis(100));
-                        self.slot_by_name(name).ok_or_else(|| Error::NotFound(format!("no session named {name}")))?
+                        self.slot_by_name(name)
+                            .ok_or_else(|| Error::NotFound(format!("no session named {name}")))?
                     }
                 };
                 self.getattr(Ino::Session(number, Node::Dir).encode())
@@ -525,16 +647,24 @@ impl SessionFs {
                 let node = match name {
                     "error" => Node::Error,
                     "parent" => Node::Parent,
-                    _ => SESSION_FILES.iter().find(|(n, _)| *n == name).map(|(_, node)| *node).ok_or_else(|| Error::NotFound(format!("no file {name}")))?,
+                    _ => SESSION_FILES
+                        .iter()
+                        .find(|(n, _)| *n == name)
+                        .map(|(_, node)| *node)
+                        .ok_or_else(|| Error::NotFound(format!("no file {name}")))?,
                 };
                 self.getattr(Ino::Session(number, node).encode())
             }
             Ino::Session(number, Node::Events) => {
-                let seq = event_file::seq_of(name).ok_or_else(|| Error::NotFound(format!("no event file {name}")))?;
+                let seq = event_file::seq_of(name)
+                    .ok_or_else(|| Error::NotFound(format!("no event file {name}")))?;
                 let slot = self.slot(number)?;
                 let expected = {
                     let guard = self.view(&slot);
-                    guard.as_ref().and_then(|v| v.indexed()).and_then(|i| i.event_name(seq))
+                    guard
+                        .as_ref()
+                        .and_then(|v| v.indexed())
+                        .and_then(|i| i.event_name(seq))
                 };
                 if expected.as_deref() != Some(name) {
                     return Err(Error::NotFound(format!("no event file {name}")));
@@ -542,10 +672,15 @@ impl SessionFs {
                 self.getattr(Ino::Session(number, Node::Event(seq)).encode())
             }
             Ino::Session(number, Node::Children) => {
-                let child = self.slot_by_name(name).ok_or_else(|| Error::NotFound(format!("no child {name}")))?;
+                let child = self
+                    .slot_by_name(name)
+                    .ok_or_else(|| Error::NotFound(format!("no child {name}")))?;
                 let slot = self.slot(number)?;
                 if !self.children_of(&slot.id).contains(&child) {
-                    return Err(Error::NotFound(format!("{name} is not a child of {}", slot.name)));
+                    return Err(Error::NotFound(format!(
+                        "{name} is not a child of {}",
+                        slot.name
+                    )));
                 }
                 self.getattr(Ino::Session(number, Node::Child(child)).encode())
             }
@@ -555,16 +690,24 @@ impl SessionFs {
 
     /// The number of entries of a directory (for listing by offset).
     pub fn readdir(&self, ino: u64, offset: u64, limit: usize) -> Result<Vec<DirEntry>> {
-        let decoded = Ino::decode(ino).ok_or_else(|| Error::NotFound(format!("unknown inode {ino}")))?;
+        let decoded =
+            Ino::decode(ino).ok_or_else(|| Error::NotFound(format!("unknown inode {ino}")))?;
         if let Ino::Session(number, Node::Events) = decoded {
             // events/ can be huge: entries are generated by index, never all at once.
             let slot = self.slot(number)?;
             let guard = self.view(&slot);
-            let indexed = guard.as_ref().and_then(|v| v.indexed()).ok_or_else(|| Error::NotFound("no events".into()))?;
+            let indexed = guard
+                .as_ref()
+                .and_then(|v| v.indexed())
+                .ok_or_else(|| Error::NotFound("no events".into()))?;
             let total = indexed.stored_count() + indexed.closers().len() as u64;
             return Ok((offset..total.min(offset.saturating_add(limit as u64)))
                 .filter_map(|seq| {
-                    Some(DirEntry { ino: Ino::Session(number, Node::Event(seq)).encode(), kind: Kind::File, name: indexed.event_name(seq)? })
+                    Some(DirEntry {
+                        ino: Ino::Session(number, Node::Event(seq)).encode(),
+                        kind: Kind::File,
+                        name: indexed.event_name(seq)?,
+                    })
                 })
                 .collect());
         }
@@ -577,7 +720,11 @@ impl SessionFs {
             Ino::Root => {
                 self.relist(Duration::from_secs(1));
                 let table = self.table.read().unwrap_or_else(|p| p.into_inner());
-                let mut entries = vec![DirEntry { ino: inode::ROOT_FLUSH, kind: Kind::File, name: "flush".into() }];
+                let mut entries = vec![DirEntry {
+                    ino: inode::ROOT_FLUSH,
+                    kind: Kind::File,
+                    name: "flush".into(),
+                }];
                 entries.extend(table.by_name.iter().map(|(name, number)| DirEntry {
                     ino: Ino::Session(*number, Node::Dir).encode(),
                     kind: Kind::Dir,
@@ -588,15 +735,25 @@ impl SessionFs {
             Ino::Session(number, Node::Dir) => {
                 let slot = self.slot(number)?;
                 let guard = self.view(&slot);
-                let view = guard.as_ref().ok_or_else(|| Error::NotFound("session vanished".into()))?;
+                let view = guard
+                    .as_ref()
+                    .ok_or_else(|| Error::NotFound("session vanished".into()))?;
                 let mut entries = Vec::new();
                 let mut push = |name: &str, node: Node, kind: Kind| {
                     if self.node_present(&slot, view, node) {
-                        entries.push(DirEntry { ino: Ino::Session(number, node).encode(), kind, name: name.to_string() });
+                        entries.push(DirEntry {
+                            ino: Ino::Session(number, node).encode(),
+                            kind,
+                            name: name.to_string(),
+                        });
                     }
                 };
                 for (name, node) in SESSION_FILES {
-                    let kind = if matches!(node, Node::Events | Node::Children) { Kind::Dir } else { Kind::File };
+                    let kind = if matches!(node, Node::Events | Node::Children) {
+                        Kind::Dir
+                    } else {
+                        Kind::File
+                    };
                     push(name, node, kind);
                 }
                 push("error", Node::Error, Kind::File);
@@ -610,7 +767,11 @@ impl SessionFs {
                     .into_iter()
                     .filter_map(|child| {
                         let name = self.slot(child).ok()?.name.clone();
-                        Some(DirEntry { ino: Ino::Session(number, Node::Child(child)).encode(), kind: Kind::Symlink, name })
+                        Some(DirEntry {
+                            ino: Ino::Session(number, Node::Child(child)).encode(),
+                            kind: Kind::Symlink,
+                            name,
+                        })
                     })
                     .collect())
             }
@@ -619,12 +780,15 @@ impl SessionFs {
     }
 
     pub fn readlink(&self, ino: u64) -> Result<String> {
-        let Some(Ino::Session(number, node @ (Node::Parent | Node::Child(_)))) = Ino::decode(ino) else {
+        let Some(Ino::Session(number, node @ (Node::Parent | Node::Child(_)))) = Ino::decode(ino)
+        else {
             return Err(Error::Invalid("not a symlink".into()));
         };
         let slot = self.slot(number)?;
         let guard = self.view(&slot);
-        let view = guard.as_ref().ok_or_else(|| Error::NotFound("session vanished".into()))?;
+        let view = guard
+            .as_ref()
+            .ok_or_else(|| Error::NotFound("session vanished".into()))?;
         self.symlink_target(&slot, view, node)
     }
 
@@ -633,15 +797,26 @@ impl SessionFs {
     /// Opens a file; returns the handle and whether reads must bypass the page
     /// cache (control files, whose content is computed per read).
     pub fn open(&self, ino: u64, write: bool) -> Result<(u64, bool)> {
-        let decoded = Ino::decode(ino).ok_or_else(|| Error::NotFound(format!("unknown inode {ino}")))?;
-        let is_control = matches!(decoded, Ino::RootFlush | Ino::Session(_, Node::Fork | Node::Flush));
+        let decoded =
+            Ino::decode(ino).ok_or_else(|| Error::NotFound(format!("unknown inode {ino}")))?;
+        let is_control = matches!(
+            decoded,
+            Ino::RootFlush | Ino::Session(_, Node::Fork | Node::Flush)
+        );
         if write && !is_control {
             return Err(Error::ReadOnly("generated files are read-only".into()));
         }
         if write && self.config.read_only {
             return Err(Error::ReadOnly("the mount is read-only (-o ro)".into()));
         }
-        let content = if is_control { Content { bytes: Arc::new(Vec::new()), lineage: 0 } } else { self.content(decoded)? };
+        let content = if is_control {
+            Content {
+                bytes: Arc::new(Vec::new()),
+                lineage: 0,
+            }
+        } else {
+            self.content(decoded)?
+        };
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
         lock(&self.handles).insert(fh, Handle { ino, content });
         Ok((fh, is_control))
@@ -654,25 +829,40 @@ impl SessionFs {
         };
         let slot = self.slot(number)?;
         let mut guard = self.view(&slot);
-        let view = guard.as_mut().ok_or_else(|| Error::NotFound("session vanished".into()))?;
+        let view = guard
+            .as_mut()
+            .ok_or_else(|| Error::NotFound("session vanished".into()))?;
         if !self.node_present(&slot, view, node) {
             return Err(Error::NotFound(format!("{} has no such file", slot.name)));
         }
         let (backend, key) = self.backend_of(&slot);
-        let static_content = |bytes: Vec<u8>| Content { bytes: Arc::new(bytes), lineage: 0 };
+        let static_content = |bytes: Vec<u8>| Content {
+            bytes: Arc::new(bytes),
+            lineage: 0,
+        };
         match node {
             Node::Header if view.indexed().is_none() => {
-                let header = view.header().ok_or_else(|| Error::NotFound("no header".into()))?;
+                let header = view
+                    .header()
+                    .ok_or_else(|| Error::NotFound("no header".into()))?;
                 Ok(static_content(crate::render::header_json(header, None)))
             }
             Node::Header | Node::Surface | Node::Transcript | Node::Index => {
-                let indexed = view.indexed_mut().ok_or_else(|| Error::NotFound("no such view".into()))?;
+                let indexed = view
+                    .indexed_mut()
+                    .ok_or_else(|| Error::NotFound("no such view".into()))?;
                 Ok(indexed.file(backend.as_ref(), &key, view_file(node))?)
             }
             Node::Error => Ok(static_content(view.error_text().unwrap_or_default())),
             Node::Event(seq) => {
-                let indexed = view.indexed().ok_or_else(|| Error::NotFound("no events".into()))?;
-                Ok(static_content(event_file::content(&indexed.event(backend.as_ref(), &key, seq)?)))
+                let indexed = view
+                    .indexed()
+                    .ok_or_else(|| Error::NotFound("no events".into()))?;
+                Ok(static_content(event_file::content(&indexed.event(
+                    backend.as_ref(),
+                    &key,
+                    seq,
+                )?)))
             }
             _ => Err(Error::IsDir("not a regular file".into())),
         }
@@ -681,19 +871,31 @@ impl SessionFs {
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         let (ino, mut content) = {
             let handles = lock(&self.handles);
-            let handle = handles.get(&fh).ok_or_else(|| Error::Invalid(format!("unknown file handle {fh}")))?;
+            let handle = handles
+                .get(&fh)
+                .ok_or_else(|| Error::Invalid(format!("unknown file handle {fh}")))?;
             (handle.ino, handle.content.clone())
         };
         let decoded = Ino::decode(ino).ok_or_else(|| Error::NotFound("unknown inode".into()))?;
         match decoded {
-            Ino::RootFlush => return Ok(slice(self.writeback.status(None).as_bytes(), offset, size)),
+            Ino::RootFlush => {
+                return Ok(slice(self.writeback.status(None).as_bytes(), offset, size));
+            }
             Ino::Session(number, Node::Flush) => {
                 let slot = self.slot(number)?;
-                return Ok(slice(self.writeback.status(Some(&slot.id)).as_bytes(), offset, size));
+                return Ok(slice(
+                    self.writeback.status(Some(&slot.id)).as_bytes(),
+                    offset,
+                    size,
+                ));
             }
             Ino::Session(number, Node::Fork) => {
                 let slot = self.slot(number)?;
-                return Ok(slice(lock(&slot.control).status(&slot.id).as_bytes(), offset, size));
+                return Ok(slice(
+                    lock(&slot.control).status(&slot.id).as_bytes(),
+                    offset,
+                    size,
+                ));
             }
             _ => {}
         }
@@ -730,7 +932,9 @@ impl SessionFs {
                 self.flush_command(Some(&slot.id), data)
             }
             Some(Ino::Session(number, Node::Fork)) => self.fork_command(number, data),
-            _ => Err(Error::ReadOnly("only the fork and flush control files can be written".into())),
+            _ => Err(Error::ReadOnly(
+                "only the fork and flush control files can be written".into(),
+            )),
         }
     }
 
@@ -738,7 +942,11 @@ impl SessionFs {
     /// control files; generated files cannot be changed.
     pub fn truncate(&self, ino: u64) -> Result<Attr> {
         match Ino::decode(ino) {
-            Some(Ino::RootFlush | Ino::Session(_, Node::Fork | Node::Flush)) if !self.config.read_only => self.getattr(ino),
+            Some(Ino::RootFlush | Ino::Session(_, Node::Fork | Node::Flush))
+                if !self.config.read_only =>
+            {
+                self.getattr(ino)
+            }
             _ => Err(Error::ReadOnly("generated files are read-only".into())),
         }
     }
@@ -747,7 +955,10 @@ impl SessionFs {
         control::parse_flush_command(data).map_err(Error::Invalid)?;
         match self.writeback.flush(session) {
             Ok(_) => Ok(data.len()),
-            Err(why) => Err(Error::Io { errno: libc::EIO, message: why }),
+            Err(why) => Err(Error::Io {
+                errno: libc::EIO,
+                message: why,
+            }),
         }
     }
 
@@ -768,21 +979,40 @@ impl SessionFs {
     }
 
     fn fork(&self, slot: &Slot, data: &[u8]) -> Result<control::ForkRecord> {
-        let (boundary, name) = crate::model::fork::parse_fork_command(data).map_err(Error::Invalid)?;
+        let (boundary, name) =
+            crate::model::fork::parse_fork_command(data).map_err(Error::Invalid)?;
         let (backend, key) = self.backend_of(slot);
         let (parent_header, seed) = {
             let guard = self.view(slot);
-            let view = guard.as_ref().ok_or_else(|| Error::NotFound("session vanished".into()))?;
-            let indexed = view.indexed().ok_or_else(|| Error::Invalid(format!("session {:?} cannot be read, so it cannot be forked", slot.id)))?;
+            let view = guard
+                .as_ref()
+                .ok_or_else(|| Error::NotFound("session vanished".into()))?;
+            let indexed = view.indexed().ok_or_else(|| {
+                Error::Invalid(format!(
+                    "session {:?} cannot be read, so it cannot be forked",
+                    slot.id
+                ))
+            })?;
             // The boundary is checked against the stored events, never the repaired view.
-            indexed.fold().turns().check(boundary).map_err(|refusal| Error::Invalid(refusal.to_string()))?;
-            let seed = (0..=boundary).map(|seq| indexed.event(backend.as_ref(), &key, seq)).collect::<std::result::Result<Vec<_>, _>>()?;
+            indexed
+                .fold()
+                .turns()
+                .check(boundary)
+                .map_err(|refusal| Error::Invalid(refusal.to_string()))?;
+            let seed = (0..=boundary)
+                .map(|seq| indexed.event(backend.as_ref(), &key, seq))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
             (indexed.header().clone(), seed)
         };
         let child_id = match name {
             Some(name) => {
-                if self.store.contains(&name) || self.memory.contains(&name) || self.slot_by_id(&name).is_some() {
-                    return Err(Error::Exists(format!("a session named {name:?} already exists in the store")));
+                if self.store.contains(&name)
+                    || self.memory.contains(&name)
+                    || self.slot_by_id(&name).is_some()
+                {
+                    return Err(Error::Exists(format!(
+                        "a session named {name:?} already exists in the store"
+                    )));
                 }
                 name
             }
@@ -793,23 +1023,48 @@ impl SessionFs {
                 }
             },
         };
-        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis() as i64;
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as i64;
         let header = crate::model::fork::child_header(&parent_header, &child_id, boundary, now);
         let events = crate::model::fork::child_events(seed, now);
-        let name = encode_segment(&child_id).ok_or_else(|| Error::Invalid("the child name is empty".into()))?;
-        let listing = Listing { id: child_id.clone(), key: SessionKey::Row(child_id.clone()), header: Ok(header.clone()) };
+        let name = encode_segment(&child_id)
+            .ok_or_else(|| Error::Invalid("the child name is empty".into()))?;
+        let listing = Listing {
+            id: child_id.clone(),
+            key: SessionKey::Row(child_id.clone()),
+            header: Ok(header.clone()),
+        };
         self.writeback.submit(header, events);
         {
             let mut table = self.table.write().unwrap_or_else(|p| p.into_inner());
-            Self::add_slot(&mut table, name, child_id.clone(), listing, Source::Pending, None);
+            Self::add_slot(
+                &mut table,
+                name,
+                child_id.clone(),
+                listing,
+                Source::Pending,
+                None,
+            );
         }
-        log::info!("forked session {:?} through seq {boundary} into {child_id:?}", slot.id);
-        Ok(control::ForkRecord { boundary, child: child_id })
+        log::info!(
+            "forked session {:?} through seq {boundary} into {child_id:?}",
+            slot.id
+        );
+        Ok(control::ForkRecord {
+            boundary,
+            child: child_id,
+        })
     }
 
     /// Totals for `statfs`: sessions listed.
     pub fn session_count(&self) -> usize {
-        self.table.read().unwrap_or_else(|p| p.into_inner()).slots.len()
+        self.table
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .slots
+            .len()
     }
 }
 

@@ -46,8 +46,19 @@ pub struct Writeback {
 }
 
 impl Writeback {
-    pub fn new(store: Arc<dyn Backend>, memory: Arc<MemoryStore>, window: Duration) -> Arc<Writeback> {
-        Arc::new(Writeback { store, memory, window, state: Mutex::default(), wake: Condvar::new(), on_durable: OnceLock::new() })
+    pub fn new(
+        store: Arc<dyn Backend>,
+        memory: Arc<MemoryStore>,
+        window: Duration,
+    ) -> Arc<Writeback> {
+        Arc::new(Writeback {
+            store,
+            memory,
+            window,
+            state: Mutex::default(),
+            wake: Condvar::new(),
+            on_durable: OnceLock::new(),
+        })
     }
 
     pub fn set_durable_hook(&self, hook: DurableHook) {
@@ -88,7 +99,11 @@ impl Writeback {
                         state = self.write(state, batch, true).0;
                         continue;
                     }
-                    state = self.wake.wait_timeout(state, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+                    state = self
+                        .wake
+                        .wait_timeout(state, deadline - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
                 }
                 _ => state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner()),
             }
@@ -97,7 +112,12 @@ impl Writeback {
 
     /// Writes a batch with the lock released; failed writes go back to the front
     /// of the queue in order. Returns the first error.
-    fn write<'a>(&'a self, mut state: MutexGuard<'a, State>, batch: Vec<Pending>, background: bool) -> (MutexGuard<'a, State>, Option<String>) {
+    fn write<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, State>,
+        batch: Vec<Pending>,
+        background: bool,
+    ) -> (MutexGuard<'a, State>, Option<String>) {
         if batch.is_empty() {
             return (state, None);
         }
@@ -108,7 +128,9 @@ impl Writeback {
         let mut written = Vec::new();
         for pending in batch {
             match self.store.create(&pending.header, &pending.events) {
-                Ok(key) => written.push((pending.header.id.clone(), pending.events.len() as u64, key)),
+                Ok(key) => {
+                    written.push((pending.header.id.clone(), pending.events.len() as u64, key))
+                }
                 Err(e) => {
                     let message = format!("writing session {:?} failed: {e}", pending.header.id);
                     log::error!("{message}");
@@ -145,8 +167,10 @@ impl Writeback {
         while state.writing {
             state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner());
         }
-        let (batch, rest): (Vec<Pending>, Vec<Pending>) =
-            state.queue.drain(..).partition(|p| session.is_none_or(|id| p.header.id == id));
+        let (batch, rest): (Vec<Pending>, Vec<Pending>) = state
+            .queue
+            .drain(..)
+            .partition(|p| session.is_none_or(|id| p.header.id == id));
         state.queue.extend(rest);
         if state.queue.is_empty() {
             state.deadline = None;
@@ -155,8 +179,12 @@ impl Writeback {
         let (mut state, error) = self.write(state, batch, false);
         let outcome = match error {
             Some(error) => Err(error),
-            None if count == 0 => Ok("nothing was pending; everything sessionfs wrote was already durable".to_string()),
-            None => Ok(format!("{count} pending session(s) written and made durable")),
+            None if count == 0 => Ok(
+                "nothing was pending; everything sessionfs wrote was already durable".to_string(),
+            ),
+            None => Ok(format!(
+                "{count} pending session(s) written and made durable"
+            )),
         };
         state.last_flush = Some((SystemTime::now(), outcome.clone()));
         outcome
@@ -180,21 +208,44 @@ impl Writeback {
     /// The status shown by `cat flush`.
     pub fn status(&self, session: Option<&str>) -> String {
         let state = self.lock();
-        let pending: Vec<&Pending> = state.queue.iter().filter(|p| session.is_none_or(|id| p.header.id == id)).collect();
-        let mut out = format!("pending: {} session(s), {} event(s)\n", pending.len(), pending.iter().map(|p| p.events.len()).sum::<usize>());
+        let pending: Vec<&Pending> = state
+            .queue
+            .iter()
+            .filter(|p| session.is_none_or(|id| p.header.id == id))
+            .collect();
+        let mut out = format!(
+            "pending: {} session(s), {} event(s)\n",
+            pending.len(),
+            pending.iter().map(|p| p.events.len()).sum::<usize>()
+        );
         for p in &pending {
-            out.push_str(&format!("pending-session: {} ({} events)\n", p.header.id, p.events.len()));
+            out.push_str(&format!(
+                "pending-session: {} ({} events)\n",
+                p.header.id,
+                p.events.len()
+            ));
         }
-        for (id, seq) in state.durable.iter().filter(|(id, _)| session.is_none_or(|s| s == id.as_str())) {
+        for (id, seq) in state
+            .durable
+            .iter()
+            .filter(|(id, _)| session.is_none_or(|s| s == id.as_str()))
+        {
             out.push_str(&format!("durable: {id} through seq {seq}\n"));
         }
         match &state.last_flush {
             None => out.push_str("last-flush: none\n"),
             Some((when, outcome)) => {
-                let ms = when.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis() as i64;
+                let ms = when
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_millis() as i64;
                 match outcome {
-                    Ok(what) => out.push_str(&format!("last-flush: {} ok: {what}\n", format_time(ms))),
-                    Err(why) => out.push_str(&format!("last-flush: {} FAILED: {why}\n", format_time(ms))),
+                    Ok(what) => {
+                        out.push_str(&format!("last-flush: {} ok: {what}\n", format_time(ms)))
+                    }
+                    Err(why) => {
+                        out.push_str(&format!("last-flush: {} FAILED: {why}\n", format_time(ms)))
+                    }
                 }
             }
         }
@@ -229,7 +280,11 @@ mod tests {
     #[test]
     fn the_window_closes_and_writes_everything_pending() {
         let store = Arc::new(MemoryStore::default());
-        let writeback = Writeback::new(store.clone(), Arc::new(MemoryStore::default()), Duration::from_millis(50));
+        let writeback = Writeback::new(
+            store.clone(),
+            Arc::new(MemoryStore::default()),
+            Duration::from_millis(50),
+        );
         let runner = writeback.clone();
         let thread = std::thread::spawn(move || runner.run());
         writeback.submit(header("a"), Vec::new());
@@ -237,11 +292,17 @@ mod tests {
         assert!(writeback.is_pending("a"));
         let start = Instant::now();
         while writeback.is_pending("a") || writeback.is_pending("b") {
-            assert!(start.elapsed() < Duration::from_secs(2), "the window never closed");
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "the window never closed"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(store.contains("a") && store.contains("b"));
-        assert_eq!(writeback.flush(None), Ok("nothing was pending; everything sessionfs wrote was already durable".into()));
+        assert_eq!(
+            writeback.flush(None),
+            Ok("nothing was pending; everything sessionfs wrote was already durable".into())
+        );
         assert!(writeback.shutdown().is_empty());
         thread.join().unwrap();
     }

@@ -40,8 +40,14 @@ pub struct RowLimits {
     pub max_members: usize,
 }
 
-pub const JSONL_ROW_LIMITS: RowLimits = RowLimits { min_members: 1, max_members: usize::MAX };
-pub const SQLITE_ROW_LIMITS: RowLimits = RowLimits { min_members: 3, max_members: 1024 };
+pub const JSONL_ROW_LIMITS: RowLimits = RowLimits {
+    min_members: 1,
+    max_members: usize::MAX,
+};
+pub const SQLITE_ROW_LIMITS: RowLimits = RowLimits {
+    min_members: 3,
+    max_members: 1024,
+};
 
 /// The parts of a packed row, validated.
 struct Row<'a> {
@@ -62,17 +68,30 @@ fn exact_keys(map: &JsonMap, keys: &[&str]) -> bool {
 }
 
 /// Checks a JSONL packed row (`{type, seq0, time0, data}`) and expands it.
-pub fn expand_jsonl_row(kind: RowKind, record: &JsonMap, limits: RowLimits) -> Result<Vec<JsonMap>, String> {
+pub fn expand_jsonl_row(
+    kind: RowKind,
+    record: &JsonMap,
+    limits: RowLimits,
+) -> Result<Vec<JsonMap>, String> {
     if !exact_keys(record, &["type", "seq0", "time0", "data"]) {
-        return Err(format!("malformed {} row: envelope keys must be type, seq0, time0, data", kind.tag()));
+        return Err(format!(
+            "malformed {} row: envelope keys must be type, seq0, time0, data",
+            kind.tag()
+        ));
     }
     let seq0 = safe_integer(&record["seq0"]).filter(|s| *s >= 0);
     let time0 = safe_integer(&record["time0"]);
     let (Some(seq0), Some(time0)) = (seq0, time0) else {
-        return Err(format!("malformed {} row: seq0/time0 are not safe integers", kind.tag()));
+        return Err(format!(
+            "malformed {} row: seq0/time0 are not safe integers",
+            kind.tag()
+        ));
     };
     let Some(data) = record["data"].as_object() else {
-        return Err(format!("malformed {} row: data is not an object", kind.tag()));
+        return Err(format!(
+            "malformed {} row: data is not an object",
+            kind.tag()
+        ));
     };
     expand_row_data(kind, seq0, time0, data, limits)
 }
@@ -86,7 +105,8 @@ pub fn expand_row_data(
     data: &JsonMap,
     limits: RowLimits,
 ) -> Result<Vec<JsonMap>, String> {
-    let row = parse_row(kind, seq0, time0, data, limits).map_err(|why| format!("malformed {} row: {why}", kind.tag()))?;
+    let row = parse_row(kind, seq0, time0, data, limits)
+        .map_err(|why| format!("malformed {} row: {why}", kind.tag()))?;
     Ok(expand(&row))
 }
 
@@ -98,7 +118,10 @@ fn parse_row<'a>(
     limits: RowLimits,
 ) -> Result<Row<'a>, &'static str> {
     let (members_key, shape_ok) = match kind {
-        RowKind::Text | RowKind::Reasoning => ("texts", exact_keys(data, &["turn", "step", "index", "dt", "texts"])),
+        RowKind::Text | RowKind::Reasoning => (
+            "texts",
+            exact_keys(data, &["turn", "step", "index", "dt", "texts"]),
+        ),
         RowKind::ToolCall => (
             "args",
             exact_keys(data, &["turn", "step", "index", "id", "dt", "args"])
@@ -142,13 +165,30 @@ fn parse_row<'a>(
     let mut time = time0;
     for value in dt_values {
         let delta = safe_integer(value).ok_or("dt entries must be safe integers")?;
-        time = time.checked_add(delta).filter(|t| t.abs() <= MAX_SAFE_INTEGER).ok_or("running time leaves the safe range")?;
+        time = time
+            .checked_add(delta)
+            .filter(|t| t.abs() <= MAX_SAFE_INTEGER)
+            .ok_or("running time leaves the safe range")?;
         dt.push(delta);
     }
-    if seq0.checked_add(members.len() as i64 - 1).is_none_or(|last| last > MAX_SAFE_INTEGER) {
+    if seq0
+        .checked_add(members.len() as i64 - 1)
+        .is_none_or(|last| last > MAX_SAFE_INTEGER)
+    {
         return Err("last member seq leaves the safe range");
     }
-    Ok(Row { kind, seq0, time0, turn, step, index, dt, id, name, members })
+    Ok(Row {
+        kind,
+        seq0,
+        time0,
+        turn,
+        step,
+        index,
+        dt,
+        id,
+        name,
+        members,
+    })
 }
 
 fn expand(row: &Row) -> Vec<JsonMap> {
@@ -161,7 +201,11 @@ fn expand(row: &Row) -> Vec<JsonMap> {
         let mut chunk = Map::new();
         match row.kind {
             RowKind::Text | RowKind::Reasoning => {
-                let kind = if row.kind == RowKind::Text { "text-delta" } else { "reasoning-delta" };
+                let kind = if row.kind == RowKind::Text {
+                    "text-delta"
+                } else {
+                    "reasoning-delta"
+                };
                 chunk.insert("type".into(), kind.into());
                 chunk.insert("index".into(), row.index.clone());
                 chunk.insert("text".into(), member.clone());
@@ -206,7 +250,11 @@ pub fn pack(events: &[JsonMap], max_members: usize) -> Vec<JsonMap> {
         let mut end = i + 1;
         while end < events.len() && end - i < max_members {
             match Eligible::of(&events[end]) {
-                Some(next) if first.continues(&Eligible::of(&events[end - 1]).unwrap_or(first), &next) => end += 1,
+                Some(next)
+                    if first.continues(&Eligible::of(&events[end - 1]).unwrap_or(first), &next) =>
+                {
+                    end += 1
+                }
                 _ => break,
             }
         }
@@ -234,28 +282,40 @@ struct Eligible<'a> {
 
 impl<'a> Eligible<'a> {
     fn of(event: &'a JsonMap) -> Option<Eligible<'a>> {
-        if !exact_keys(event, &["type", "seq", "time", "data"]) || event["type"] != "assistant/chunk" {
+        if !exact_keys(event, &["type", "seq", "time", "data"])
+            || event["type"] != "assistant/chunk"
+        {
             return None;
         }
         let seq = safe_integer(&event["seq"]).filter(|s| *s >= 0)?;
         let time = safe_integer(&event["time"])?;
         let data = event["data"].as_object()?;
-        if !exact_keys(data, &["turn", "step", "chunk"]) || !data["turn"].is_number() || !data["step"].is_number() {
+        if !exact_keys(data, &["turn", "step", "chunk"])
+            || !data["turn"].is_number()
+            || !data["step"].is_number()
+        {
             return None;
         }
         let chunk = data["chunk"].as_object()?;
         let index = chunk.get("index").filter(|v| v.is_number())?;
         let (kind, id, name) = match chunk.get("type")?.as_str()? {
-            "text-delta" if exact_keys(chunk, &["type", "index", "text"]) && chunk["text"].is_string() => {
+            "text-delta"
+                if exact_keys(chunk, &["type", "index", "text"]) && chunk["text"].is_string() =>
+            {
                 (RowKind::Text, None, None)
             }
-            "reasoning-delta" if exact_keys(chunk, &["type", "index", "text"]) && chunk["text"].is_string() => {
+            "reasoning-delta"
+                if exact_keys(chunk, &["type", "index", "text"]) && chunk["text"].is_string() =>
+            {
                 (RowKind::Reasoning, None, None)
             }
             "tool-call-delta" => {
                 let plain = exact_keys(chunk, &["type", "index", "id", "argumentsDelta"]);
                 let named = exact_keys(chunk, &["type", "index", "id", "name", "argumentsDelta"]);
-                if !(plain || named) || !chunk["id"].is_string() || !chunk["argumentsDelta"].is_string() {
+                if !(plain || named)
+                    || !chunk["id"].is_string()
+                    || !chunk["argumentsDelta"].is_string()
+                {
                     return None;
                 }
                 let name = chunk.get("name");
@@ -266,7 +326,16 @@ impl<'a> Eligible<'a> {
             }
             _ => return None,
         };
-        Some(Eligible { kind, seq, time, turn: &data["turn"], step: &data["step"], index, id, name })
+        Some(Eligible {
+            kind,
+            seq,
+            time,
+            turn: &data["turn"],
+            step: &data["step"],
+            index,
+            id,
+            name,
+        })
     }
 
     fn continues(&self, previous: &Eligible, next: &Eligible) -> bool {
@@ -284,12 +353,19 @@ impl<'a> Eligible<'a> {
 fn make_row(run: &[JsonMap], kind: RowKind) -> JsonMap {
     let members: Vec<Eligible> = run.iter().filter_map(Eligible::of).collect();
     let first = members[0];
-    let dt: Vec<Value> = members.windows(2).map(|w| (w[1].time - w[0].time).into()).collect();
+    let dt: Vec<Value> = members
+        .windows(2)
+        .map(|w| (w[1].time - w[0].time).into())
+        .collect();
     let texts: Vec<Value> = run
         .iter()
         .map(|e| {
             let chunk = &e["data"]["chunk"];
-            if kind == RowKind::ToolCall { chunk["argumentsDelta"].clone() } else { chunk["text"].clone() }
+            if kind == RowKind::ToolCall {
+                chunk["argumentsDelta"].clone()
+            } else {
+                chunk["text"].clone()
+            }
         })
         .collect();
     let mut data = Map::new();
@@ -328,7 +404,10 @@ mod tests {
             r#"{"type":"tool-call-chunks","seq0":6,"time0":1760000000301,"data":{"turn":1,"step":1,"index":0,"dt":[4,-1],"id":"c-9","name":"sh","args":["{\"cmd\"",":\"ls","\"}"]}}"#,
         );
         let events = expand_jsonl_row(RowKind::ToolCall, &row, JSONL_ROW_LIMITS).unwrap();
-        let text: Vec<String> = events.iter().map(|e| serde_json::to_string(e).unwrap()).collect();
+        let text: Vec<String> = events
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap())
+            .collect();
         assert_eq!(
             text[1],
             r#"{"type":"assistant/chunk","seq":7,"time":1760000000305,"data":{"turn":1,"step":1,"chunk":{"type":"tool-call-delta","index":0,"id":"c-9","name":"sh","argumentsDelta":":\"ls"}}}"#
@@ -348,9 +427,14 @@ mod tests {
             r#"{"type":"text-chunks","seq0":0,"time0":0,"data":{"turn":"1","step":1,"index":0,"dt":[],"texts":["a"]}}"#,
         ];
         for case in cases {
-            assert!(expand_jsonl_row(RowKind::Text, &parse(case), JSONL_ROW_LIMITS).is_err(), "{case}");
+            assert!(
+                expand_jsonl_row(RowKind::Text, &parse(case), JSONL_ROW_LIMITS).is_err(),
+                "{case}"
+            );
         }
-        let two = parse(r#"{"type":"text-chunks","seq0":0,"time0":0,"data":{"turn":1,"step":1,"index":0,"dt":[1],"texts":["a","b"]}}"#);
+        let two = parse(
+            r#"{"type":"text-chunks","seq0":0,"time0":0,"data":{"turn":1,"step":1,"index":0,"dt":[1],"texts":["a","b"]}}"#,
+        );
         assert!(expand_jsonl_row(RowKind::Text, &two, JSONL_ROW_LIMITS).is_ok());
         assert!(expand_jsonl_row(RowKind::Text, &two, SQLITE_ROW_LIMITS).is_err());
     }

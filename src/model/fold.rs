@@ -11,8 +11,8 @@ use crate::model::header::{SessionHeader, canonical_request_header};
 use crate::model::repair::RepairScan;
 use crate::model::surface::{SurfaceEffect, SurfaceFold};
 use crate::model::validate::{
-    check_envelope, check_message_shape, check_request_header, check_retired, check_turn_end, is_ignorable,
-    is_known_type, is_surface_type, unknown_type_refusal,
+    check_envelope, check_message_shape, check_request_header, check_retired, check_turn_end,
+    is_ignorable, is_known_type, is_surface_type, unknown_type_refusal,
 };
 
 /// The running fold of one session's stored events.
@@ -40,9 +40,12 @@ impl SessionFold {
         if let Some(refusal) = header.version_refusal() {
             return Err(Refusal::Unsupported(refusal));
         }
-        header
-            .validate()
-            .map_err(|why| Refusal::Corrupt(format!("stored session \"{}\" failed validation: {why}", header.id)))?;
+        header.validate().map_err(|why| {
+            Refusal::Corrupt(format!(
+                "stored session \"{}\" failed validation: {why}",
+                header.id
+            ))
+        })?;
         Ok(SessionFold {
             session_id: header.id.clone(),
             surface: SurfaceFold::default(),
@@ -57,20 +60,33 @@ impl SessionFold {
 
     /// Checks and folds the next stored event.
     pub fn observe(&mut self, event: &JsonMap) -> Result<SurfaceEffect, Refusal> {
-        let corrupt = |why: String| Refusal::Corrupt(format!("stored session \"{}\" failed validation: {why}", self.session_id));
-        let seq = check_envelope(event).map_err(|why| corrupt(format!("{why} (event #{})", self.turns.len())))?;
+        let corrupt = |why: String| {
+            Refusal::Corrupt(format!(
+                "stored session \"{}\" failed validation: {why}",
+                self.session_id
+            ))
+        };
+        let seq = check_envelope(event)
+            .map_err(|why| corrupt(format!("{why} (event #{})", self.turns.len())))?;
         let event_type = event["type"].as_str().unwrap_or_default();
         let data = &event["data"];
         if is_surface_type(event_type) {
-            check_message_shape(event_type, data).map_err(|why| corrupt(format!("{why} (seq {seq})")))?;
+            check_message_shape(event_type, data)
+                .map_err(|why| corrupt(format!("{why} (seq {seq})")))?;
         }
         // Retired shapes are rejected by the legacy step, before the vocabulary check.
         check_retired(event_type, data).map_err(|why| corrupt(format!("{why} (seq {seq})")))?;
         if !is_known_type(event_type) && !is_ignorable(event) {
-            return Err(Refusal::Unsupported(unknown_type_refusal(&self.session_id, event_type, seq)));
+            return Err(Refusal::Unsupported(unknown_type_refusal(
+                &self.session_id,
+                event_type,
+                seq,
+            )));
         }
         match event_type {
-            "turn/end" => check_turn_end(data).map_err(|why| corrupt(format!("{why} (seq {seq})")))?,
+            "turn/end" => {
+                check_turn_end(data).map_err(|why| corrupt(format!("{why} (seq {seq})")))?
+            }
             "request/header" => {
                 check_request_header(data).map_err(|why| corrupt(format!("{why} (seq {seq})")))?;
                 self.request_header = Some(canonical_request_header(&data["header"]));
@@ -158,25 +174,40 @@ mod tests {
 
     #[test]
     fn refuses_versions_ids_and_unknown_types() {
-        assert!(matches!(SessionFold::new(&header("a", 2), "a"), Err(Refusal::Unsupported(_))));
-        assert!(matches!(SessionFold::new(&header("a", 0), "b"), Err(Refusal::Corrupt(_))));
+        assert!(matches!(
+            SessionFold::new(&header("a", 2), "a"),
+            Err(Refusal::Unsupported(_))
+        ));
+        assert!(matches!(
+            SessionFold::new(&header("a", 0), "b"),
+            Err(Refusal::Corrupt(_))
+        ));
         let mut fold = SessionFold::new(&header("a", 0), "a").unwrap();
         let ignorable = event(r#"{"type":"acme/x","seq":0,"time":1,"data":{},"ignorable":true}"#);
         assert_eq!(fold.observe(&ignorable), Ok(SurfaceEffect::None));
         let unknown = event(r#"{"type":"future/x","seq":1,"time":1,"data":{}}"#);
         assert_eq!(
             fold.observe(&unknown),
-            Err(Refusal::Unsupported(unknown_type_refusal("a", "future/x", 1)))
+            Err(Refusal::Unsupported(unknown_type_refusal(
+                "a", "future/x", 1
+            )))
         );
     }
 
     #[test]
     fn folds_the_request_header_and_title() {
         let mut fold = SessionFold::new(&header("a", 0), "a").unwrap();
-        let rh = event(r#"{"type":"request/header","seq":0,"time":1,"data":{"header":{"config":{"provider":"p","model":"m"},"system":"","tools":[]},"reason":"initial"}}"#);
+        let rh = event(
+            r#"{"type":"request/header","seq":0,"time":1,"data":{"header":{"config":{"provider":"p","model":"m"},"system":"","tools":[]},"reason":"initial"}}"#,
+        );
         fold.observe(&rh).unwrap();
-        assert_eq!(fold.request_header(), Some(&serde_json::json!({"config": {"provider": "p", "model": "m"}})));
-        let title = event(r#"{"type":"session/title","seq":1,"time":7,"data":{"title":"T","messageSeqs":[],"source":{"kind":"user"}}}"#);
+        assert_eq!(
+            fold.request_header(),
+            Some(&serde_json::json!({"config": {"provider": "p", "model": "m"}}))
+        );
+        let title = event(
+            r#"{"type":"session/title","seq":1,"time":7,"data":{"title":"T","messageSeqs":[],"source":{"kind":"user"}}}"#,
+        );
         fold.observe(&title).unwrap();
         assert_eq!(fold.title().unwrap()["eventSeq"], 1);
         let retired = event(r#"{"type":"mode/set","seq":2,"time":1,"data":{}}"#);

@@ -54,7 +54,11 @@ impl TurnBoundaries {
     pub fn check(&self, boundary: u64) -> Result<(), ForkRefusal> {
         let count = self.open_after.len() as u64;
         if boundary >= count {
-            let last = if count == 0 { "none".to_string() } else { (count - 1).to_string() };
+            let last = if count == 0 {
+                "none".to_string()
+            } else {
+                (count - 1).to_string()
+            };
             return Err(ForkRefusal::InvalidBoundary(format!(
                 "boundary {boundary} is not a stored seq (the last stored seq is {last})"
             )));
@@ -69,7 +73,12 @@ impl TurnBoundaries {
 }
 
 /// The child's header (spec §9.2): only version, id, createdAt, cwd, lineage.
-pub fn child_header(parent: &SessionHeader, child_id: &str, boundary: u64, now_ms: i64) -> SessionHeader {
+pub fn child_header(
+    parent: &SessionHeader,
+    child_id: &str,
+    boundary: u64,
+    now_ms: i64,
+) -> SessionHeader {
     SessionHeader {
         version: 0.into(),
         id: child_id.to_string(),
@@ -86,7 +95,9 @@ pub fn child_header(parent: &SessionHeader, child_id: &str, boundary: u64, now_m
 /// The child's log: the seed unchanged, then a `session/end-seed` marker unless
 /// the seed already ends with one.
 pub fn child_events(mut seed: Vec<JsonMap>, now_ms: i64) -> Vec<JsonMap> {
-    let ends_with_marker = seed.last().is_some_and(|e| e.get("type").and_then(Value::as_str) == Some("session/end-seed"));
+    let ends_with_marker = seed
+        .last()
+        .is_some_and(|e| e.get("type").and_then(Value::as_str) == Some("session/end-seed"));
     if !ends_with_marker {
         let mut marker = Map::new();
         marker.insert("type".into(), "session/end-seed".into());
@@ -101,7 +112,8 @@ pub fn child_events(mut seed: Vec<JsonMap>, now_ms: i64) -> Vec<JsonMap> {
 /// Parses the text written to a `fork` control file: `SEQ` or `SEQ NAME`, with at
 /// most one trailing newline.
 pub fn parse_fork_command(text: &[u8]) -> Result<(u64, Option<String>), String> {
-    let text = std::str::from_utf8(text).map_err(|_| "the fork command is not UTF-8 text".to_string())?;
+    let text =
+        std::str::from_utf8(text).map_err(|_| "the fork command is not UTF-8 text".to_string())?;
     let text = text.strip_suffix('\n').unwrap_or(text);
     if text.contains('\n') {
         return Err("write one fork command per write: SEQ [NAME]".into());
@@ -115,10 +127,16 @@ pub fn parse_fork_command(text: &[u8]) -> Result<(u64, Option<String>), String> 
         return Err("too many words: write SEQ [NAME]".into());
     }
     if !seq_text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("boundary {seq_text:?} is not a non-negative integer"));
+        return Err(format!(
+            "boundary {seq_text:?} is not a non-negative integer"
+        ));
     }
-    let seq: Value = seq_text.parse::<u64>().map(Value::from).map_err(|_| format!("boundary {seq_text} is out of range"))?;
-    let seq = non_negative_safe_integer(&seq).ok_or_else(|| format!("boundary {seq_text} is out of range"))?;
+    let seq: Value = seq_text
+        .parse::<u64>()
+        .map(Value::from)
+        .map_err(|_| format!("boundary {seq_text} is out of range"))?;
+    let seq = non_negative_safe_integer(&seq)
+        .ok_or_else(|| format!("boundary {seq_text} is out of range"))?;
     Ok((seq, name))
 }
 
@@ -129,7 +147,14 @@ mod tests {
     #[test]
     fn boundaries_follow_the_harness_rules() {
         let mut turns = TurnBoundaries::default();
-        for t in ["session/title", "turn/start", "step/start", "turn/end", "session/title", "turn/start"] {
+        for t in [
+            "session/title",
+            "turn/start",
+            "step/start",
+            "turn/end",
+            "session/title",
+            "turn/start",
+        ] {
             turns.observe(t);
         }
         assert!(turns.check(0).is_ok());
@@ -138,24 +163,48 @@ mod tests {
         assert!(turns.check(3).is_ok());
         assert!(turns.check(4).is_ok());
         assert!(matches!(turns.check(5), Err(ForkRefusal::OpenTurn(_))));
-        assert!(matches!(turns.check(6), Err(ForkRefusal::InvalidBoundary(_))));
+        assert!(matches!(
+            turns.check(6),
+            Err(ForkRefusal::InvalidBoundary(_))
+        ));
     }
 
     #[test]
     fn the_child_gets_one_end_seed_marker() {
-        let seed: Vec<JsonMap> = vec![serde_json::from_str(r#"{"type":"turn/end","seq":0,"time":1,"data":{}}"#).unwrap()];
+        let seed: Vec<JsonMap> = vec![
+            serde_json::from_str(r#"{"type":"turn/end","seq":0,"time":1,"data":{}}"#).unwrap(),
+        ];
         let events = child_events(seed.clone(), 99);
         assert_eq!(events.len(), 2);
-        assert_eq!(serde_json::to_string(&events[1]).unwrap(), r#"{"type":"session/end-seed","seq":1,"time":99,"data":{}}"#);
+        assert_eq!(
+            serde_json::to_string(&events[1]).unwrap(),
+            r#"{"type":"session/end-seed","seq":1,"time":99,"data":{}}"#
+        );
         assert_eq!(child_events(events.clone(), 100), events);
     }
 
     #[test]
     fn fork_commands() {
         assert_eq!(parse_fork_command(b"41\n"), Ok((41, None)));
-        assert_eq!(parse_fork_command(b"41 my-branch\n"), Ok((41, Some("my-branch".into()))));
-        for bad in [&b""[..], b"\n", b"-1", b"4x", b"1 2 3", b"1\n\n", b"99999999999999999999", b"9007199254740992"] {
-            assert!(parse_fork_command(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        assert_eq!(
+            parse_fork_command(b"41 my-branch\n"),
+            Ok((41, Some("my-branch".into())))
+        );
+        for bad in [
+            &b""[..],
+            b"\n",
+            b"-1",
+            b"4x",
+            b"1 2 3",
+            b"1\n\n",
+            b"99999999999999999999",
+            b"9007199254740992",
+        ] {
+            assert!(
+                parse_fork_command(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 }

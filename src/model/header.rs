@@ -31,20 +31,36 @@ impl SessionHeader {
         }
         let version = line.get("version").filter(|v| v.is_number()).cloned();
         let id = str_field(line, "id");
-        let created_at = line.get("createdAt").filter(|v| !is_negative_zero(v)).and_then(non_negative_safe_integer);
-        let depth = line.get("delegationDepth").filter(|v| !is_negative_zero(v)).and_then(non_negative_safe_integer);
-        let (Some(version), Some(id), Some(created_at), Some(depth)) = (version, id, created_at, depth) else {
+        let created_at = line
+            .get("createdAt")
+            .filter(|v| !is_negative_zero(v))
+            .and_then(non_negative_safe_integer);
+        let depth = line
+            .get("delegationDepth")
+            .filter(|v| !is_negative_zero(v))
+            .and_then(non_negative_safe_integer);
+        let (Some(version), Some(id), Some(created_at), Some(depth)) =
+            (version, id, created_at, depth)
+        else {
             return Err("first line is not a session header (version, id, createdAt or delegationDepth missing or malformed)".into());
         };
         let origin = match line.get("origin") {
             None => None,
             Some(Value::String(s)) if s == "subagent" => Some(s.clone()),
-            Some(_) => return Err("first line is not a session header (origin is not \"subagent\")".into()),
+            Some(_) => {
+                return Err(
+                    "first line is not a session header (origin is not \"subagent\")".into(),
+                );
+            }
         };
         let agent_preset = match line.get("agentPreset") {
             None => None,
             Some(Value::String(s)) => Some(s.clone()),
-            Some(_) => return Err("first line is not a session header (agentPreset is not a string)".into()),
+            Some(_) => {
+                return Err(
+                    "first line is not a session header (agentPreset is not a string)".into(),
+                );
+            }
         };
         let optional_string = |key: &str| -> Result<Option<String>, String> {
             match line.get(key) {
@@ -55,7 +71,10 @@ impl SessionHeader {
         };
         let seed_length = match line.get("seedLength") {
             None => None,
-            Some(v) => Some(non_negative_safe_integer(v).ok_or("session header seedLength is not a non-negative integer")?),
+            Some(v) => Some(
+                non_negative_safe_integer(v)
+                    .ok_or("session header seedLength is not a non-negative integer")?,
+            ),
         };
         Ok(SessionHeader {
             version,
@@ -99,7 +118,9 @@ impl SessionHeader {
         if let Some(cwd) = &self.cwd
             && !cwd.starts_with('/')
         {
-            return Err(format!("session header cwd {cwd:?} is not an absolute path"));
+            return Err(format!(
+                "session header cwd {cwd:?} is not an absolute path"
+            ));
         }
         if self.origin.as_deref().is_some_and(|o| o != "subagent") {
             return Err("session header origin is not \"subagent\"".into());
@@ -126,7 +147,10 @@ impl SessionHeader {
         if let Some(origin) = &self.origin {
             map.insert("origin".into(), origin.clone().into());
         }
-        map.insert("delegationDepth".into(), self.delegation_depth.unwrap_or(0).into());
+        map.insert(
+            "delegationDepth".into(),
+            self.delegation_depth.unwrap_or(0).into(),
+        );
         if let Some(preset) = &self.agent_preset {
             map.insert("agentPreset".into(), preset.clone().into());
         }
@@ -158,10 +182,18 @@ pub fn canonical_request_header(header: &Value) -> Value {
     {
         out.insert("adapterDefaults".into(), Value::Object(defaults.clone()));
     }
-    if let Some(system) = header.get("system").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+    if let Some(system) = header
+        .get("system")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
         out.insert("system".into(), system.into());
     }
-    if let Some(tools) = header.get("tools").and_then(Value::as_array).filter(|t| !t.is_empty()) {
+    if let Some(tools) = header
+        .get("tools")
+        .and_then(Value::as_array)
+        .filter(|t| !t.is_empty())
+    {
         out.insert("tools".into(), Value::Array(tools.clone()));
     }
     Value::Object(out)
@@ -213,7 +245,10 @@ mod tests {
     #[test]
     fn canonical_request_header_drops_empty_parts() {
         let raw = json!({"config": {"provider": "p", "model": "m"}, "system": "", "tools": [], "adapterDefaults": {}, "messagePrefix": []});
-        assert_eq!(canonical_request_header(&raw), json!({"config": {"provider": "p", "model": "m"}}));
+        assert_eq!(
+            canonical_request_header(&raw),
+            json!({"config": {"provider": "p", "model": "m"}})
+        );
         let full = json!({"tools": [{"name": "t"}], "system": "s", "adapterDefaults": {"maxTokens": true}, "config": {"provider": "p", "model": "m", "maxTokens": 5}});
         assert_eq!(
             serde_json::to_string(&canonical_request_header(&full)).unwrap(),

@@ -40,7 +40,10 @@ pub fn decode_segment(segment: &str) -> Option<String> {
     while i < bytes.len() {
         if bytes[i] == b'~' {
             let hex = segment.get(i + 1..i + 5)?;
-            if !hex.bytes().all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b)) {
+            if !hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))
+            {
                 return None;
             }
             let unit = u16::from_str_radix(hex, 16).ok()?;
@@ -103,7 +106,10 @@ mod tests {
             (".hidden", ".hidden"),
             ("会话", "~4F1A~8BDD"),
             ("😀", "~D83D~DE00"),
-            ("notes\\2026 · 50% «draft» 🦀~", "notes~005C2026~0020~00B7~002050~0025~0020~00ABdraft~00BB~0020~D83E~DD80~007E"),
+            (
+                "notes\\2026 · 50% «draft» 🦀~",
+                "notes~005C2026~0020~00B7~002050~0025~0020~00ABdraft~00BB~0020~D83E~DD80~007E",
+            ),
         ];
         for (id, segment) in table {
             assert_eq!(encode_segment(id).as_deref(), Some(segment));
@@ -124,7 +130,10 @@ mod tests {
             ("/a//b/", "--a-b---"),
             ("/a-b/c", "--a-b-c--"),
             ("/srv/项目", "--srv-~9879~76EE--"),
-            ("/home/ana/src/café menu", "--home-ana-src-caf~00E9~0020menu--"),
+            (
+                "/home/ana/src/café menu",
+                "--home-ana-src-caf~00E9~0020menu--",
+            ),
             ("/-x", "--x--"),
         ];
         for (cwd, dir) in table {

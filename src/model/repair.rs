@@ -7,8 +7,7 @@ use serde_json::{Map, Value, json};
 use crate::json::{JsonMap, non_negative_safe_integer};
 
 pub const TOOL_OUTCOME_UNKNOWN_TEXT: &str = "The tool call was interrupted after it was recorded, but no result was durably recorded. Its outcome is unknown. Decide whether to retry from the tool semantics: retry only if the operation is read-only or idempotent; if it may have side effects, first verify external state or ask the user. Do not retry blindly.";
-pub const TOOL_NOT_STARTED_TEXT: &str =
-    "The tool call was interrupted before the Harness recorded it as started. Retry it if it is still needed.";
+pub const TOOL_NOT_STARTED_TEXT: &str = "The tool call was interrupted before the Harness recorded it as started. Retry it if it is still needed.";
 
 #[derive(Clone, Debug)]
 struct PendingCall {
@@ -29,7 +28,10 @@ pub struct RepairScan {
 
 impl RepairScan {
     pub fn observe(&mut self, event: &JsonMap) {
-        let seq = event.get("seq").and_then(non_negative_safe_integer).unwrap_or(0);
+        let seq = event
+            .get("seq")
+            .and_then(non_negative_safe_integer)
+            .unwrap_or(0);
         self.last = Some((seq, event.get("time").cloned().unwrap_or(Value::Null)));
         let data = event.get("data").unwrap_or(&Value::Null);
         match event.get("type").and_then(Value::as_str).unwrap_or("") {
@@ -55,13 +57,19 @@ impl RepairScan {
                     if block.get("type").and_then(Value::as_str) != Some("tool-call") {
                         continue;
                     }
-                    let Some(id) = block.get("id").and_then(Value::as_str) else { continue };
+                    let Some(id) = block.get("id").and_then(Value::as_str) else {
+                        continue;
+                    };
                     match self.pending.iter_mut().find(|p| p.call_id == id) {
                         Some(existing) => {
                             existing.step = step.clone();
                             existing.call_seq = None;
                         }
-                        None => self.pending.push(PendingCall { call_id: id.to_string(), step: step.clone(), call_seq: None }),
+                        None => self.pending.push(PendingCall {
+                            call_id: id.to_string(),
+                            step: step.clone(),
+                            call_seq: None,
+                        }),
                     }
                 }
             }
@@ -73,7 +81,10 @@ impl RepairScan {
                 }
             }
             "tool/result" => {
-                if let Some(id) = data.pointer("/message/source/callId").and_then(Value::as_str) {
+                if let Some(id) = data
+                    .pointer("/message/source/callId")
+                    .and_then(Value::as_str)
+                {
                     self.pending.retain(|p| p.call_id != id);
                 }
             }
@@ -95,8 +106,16 @@ impl RepairScan {
         let mut out = Vec::new();
         for call in &self.pending {
             let (text, name, code) = match call.call_seq {
-                Some(_) => (TOOL_OUTCOME_UNKNOWN_TEXT, "ToolOutcomeUnknownError", "TOOL_OUTCOME_UNKNOWN"),
-                None => (TOOL_NOT_STARTED_TEXT, "ToolNotStartedError", "TOOL_NOT_STARTED"),
+                Some(_) => (
+                    TOOL_OUTCOME_UNKNOWN_TEXT,
+                    "ToolOutcomeUnknownError",
+                    "TOOL_OUTCOME_UNKNOWN",
+                ),
+                None => (
+                    TOOL_NOT_STARTED_TEXT,
+                    "ToolNotStartedError",
+                    "TOOL_NOT_STARTED",
+                ),
             };
             let id = &call.call_id;
             let message = json!({
@@ -115,10 +134,20 @@ impl RepairScan {
             seq += 1;
         }
         if let Some(step) = &self.open_step {
-            out.push(envelope("step/end", seq, time, json!({"turn": turn, "step": step})));
+            out.push(envelope(
+                "step/end",
+                seq,
+                time,
+                json!({"turn": turn, "step": step}),
+            ));
             seq += 1;
         }
-        out.push(envelope("turn/end", seq, time, json!({"turn": turn, "reason": {"kind": "interrupted"}})));
+        out.push(envelope(
+            "turn/end",
+            seq,
+            time,
+            json!({"turn": turn, "reason": {"kind": "interrupted"}}),
+        ));
         out
     }
 }
@@ -144,7 +173,11 @@ mod tests {
     use super::*;
 
     fn parse(lines: &str) -> Vec<JsonMap> {
-        lines.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
+        lines
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
     }
 
     #[test]
@@ -158,7 +191,10 @@ mod tests {
 "#,
         );
         let closers = interrupted_turn_closers(&events);
-        let text: Vec<String> = closers.iter().map(|c| serde_json::to_string(c).unwrap()).collect();
+        let text: Vec<String> = closers
+            .iter()
+            .map(|c| serde_json::to_string(c).unwrap())
+            .collect();
         assert_eq!(text.len(), 4);
         assert_eq!(
             text[1],
@@ -168,8 +204,14 @@ mod tests {
         );
         assert!(text[0].contains(r#""surfaceOp":"append","sourceEventSeqs":[23]"#));
         assert!(text[0].contains("TOOL_OUTCOME_UNKNOWN"));
-        assert_eq!(text[2], r#"{"type":"step/end","seq":26,"time":1760000100510,"data":{"turn":2,"step":1}}"#);
-        assert_eq!(text[3], r#"{"type":"turn/end","seq":27,"time":1760000100510,"data":{"turn":2,"reason":{"kind":"interrupted"}}}"#);
+        assert_eq!(
+            text[2],
+            r#"{"type":"step/end","seq":26,"time":1760000100510,"data":{"turn":2,"step":1}}"#
+        );
+        assert_eq!(
+            text[3],
+            r#"{"type":"turn/end","seq":27,"time":1760000100510,"data":{"turn":2,"reason":{"kind":"interrupted"}}}"#
+        );
     }
 
     #[test]
@@ -201,12 +243,20 @@ mod tests {
 "#,
         );
         let closers = interrupted_turn_closers(&events);
-        let types: Vec<&str> = closers.iter().map(|c| c["type"].as_str().unwrap()).collect();
+        let types: Vec<&str> = closers
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
         assert_eq!(types, ["tool/result", "step/end", "turn/end"]);
         assert_eq!(closers[0]["data"]["message"]["source"]["callId"], "y");
         assert_eq!(closers[0]["time"], 9);
         let mut ended = events.clone();
-        ended.push(serde_json::from_str(r#"{"type":"step/end","seq":6,"time":9,"data":{"turn":1,"step":1}}"#).unwrap());
+        ended.push(
+            serde_json::from_str(
+                r#"{"type":"step/end","seq":6,"time":9,"data":{"turn":1,"step":1}}"#,
+            )
+            .unwrap(),
+        );
         assert_eq!(interrupted_turn_closers(&ended).len(), 1);
     }
 }

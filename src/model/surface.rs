@@ -73,11 +73,17 @@ impl SurfaceFold {
 
     /// Applies one event; `Err` names the seq and the broken rule.
     pub fn apply(&mut self, event: &JsonMap) -> Result<SurfaceEffect, String> {
-        let seq = event.get("seq").and_then(non_negative_safe_integer).unwrap_or(u64::MAX);
+        let seq = event
+            .get("seq")
+            .and_then(non_negative_safe_integer)
+            .unwrap_or(u64::MAX);
         let fail = |rule: &str| Err(format!("invalid surface at seq {seq}: {rule}"));
         // Rule 1: contiguity.
         if seq != self.next_seq {
-            return fail(&format!("expected seq {} (rule 1, contiguity)", self.next_seq));
+            return fail(&format!(
+                "expected seq {} (rule 1, contiguity)",
+                self.next_seq
+            ));
         }
         self.next_seq += 1;
         let event_type = event.get("type").and_then(Value::as_str).unwrap_or("");
@@ -86,10 +92,14 @@ impl SurfaceFold {
         // Rule 2: marker placement.
         if !is_surface_type(event_type) {
             if op_value.is_some() {
-                return fail(&format!("{event_type} is not a surface type but carries surfaceOp (rule 2)"));
+                return fail(&format!(
+                    "{event_type} is not a surface type but carries surfaceOp (rule 2)"
+                ));
             }
             if sources.is_some() {
-                return fail(&format!("{event_type} is not a surface type but carries sourceEventSeqs (rule 2)"));
+                return fail(&format!(
+                    "{event_type} is not a surface type but carries sourceEventSeqs (rule 2)"
+                ));
             }
             return Ok(SurfaceEffect::None);
         }
@@ -112,13 +122,19 @@ impl SurfaceFold {
             SurfaceOp::Replace { start, end } => {
                 // Rule 5: endpoints on the surface, in order.
                 let Some(i) = self.nodes.iter().position(|n| *n == start) else {
-                    return fail(&format!("replace start {start} is not a current surface node (rule 5)"));
+                    return fail(&format!(
+                        "replace start {start} is not a current surface node (rule 5)"
+                    ));
                 };
                 let Some(j) = self.nodes.iter().position(|n| *n == end) else {
-                    return fail(&format!("replace end {end} is not a current surface node (rule 5)"));
+                    return fail(&format!(
+                        "replace end {end} is not a current surface node (rule 5)"
+                    ));
                 };
                 if i > j {
-                    return fail(&format!("replace start {start} comes after end {end} on the surface (rule 5)"));
+                    return fail(&format!(
+                        "replace start {start} comes after end {end} on the surface (rule 5)"
+                    ));
                 }
                 let shadowed: Vec<u64> = self.nodes[i..=j].to_vec();
                 // Rules 4 and 6: provenance and coverage.
@@ -126,12 +142,20 @@ impl SurfaceFold {
                 // Rule 7: a tool/result replacement rewrites one tool/result's content only.
                 if event_type == "tool/result" {
                     let [original] = shadowed.as_slice() else {
-                        return fail("a tool/result replacement must shadow exactly one node (rule 7)");
+                        return fail(
+                            "a tool/result replacement must shadow exactly one node (rule 7)",
+                        );
                     };
                     match self.tool_result_keys.get(original) {
-                        None => return fail(&format!("a tool/result replacement shadows {original}, which is not a tool/result (rule 7)")),
+                        None => {
+                            return fail(&format!(
+                                "a tool/result replacement shadows {original}, which is not a tool/result (rule 7)"
+                            ));
+                        }
                         Some(key) if *key != tool_result_key(event) => {
-                            return fail(&format!("tool/result replacement of {original} changes more than the result content (rule 7)"));
+                            return fail(&format!(
+                                "tool/result replacement of {original} changes more than the result content (rule 7)"
+                            ));
                         }
                         Some(_) => {}
                     }
@@ -146,7 +170,12 @@ impl SurfaceFold {
                 }
                 self.replace_generation += 1;
                 self.replacements.push(seq);
-                Ok(SurfaceEffect::Replaced(Replacement { seq, start, end, shadowed }))
+                Ok(SurfaceEffect::Replaced(Replacement {
+                    seq,
+                    start,
+                    end,
+                    shadowed,
+                }))
             }
         }
     }
@@ -170,11 +199,18 @@ pub fn parse_op(value: &Value) -> Option<SurfaceOp> {
 
 /// Rules 4 and 6: `sourceEventSeqs` is an array of distinct earlier seqs, non-empty
 /// except on `assistant/message`, and cites every shadowed node.
-fn check_sources(seq: u64, event_type: &str, sources: Option<&Value>, shadowed: &[u64]) -> Result<(), String> {
+fn check_sources(
+    seq: u64,
+    event_type: &str,
+    sources: Option<&Value>,
+    shadowed: &[u64],
+) -> Result<(), String> {
     let fail = |rule: String| Err(format!("invalid surface at seq {seq}: {rule}"));
     let Some(sources) = sources else {
         if let Some(first) = shadowed.first() {
-            return fail(format!("replacement has no sourceEventSeqs, so it does not cite shadowed node {first} (rule 6)"));
+            return fail(format!(
+                "replacement has no sourceEventSeqs, so it does not cite shadowed node {first} (rule 6)"
+            ));
         }
         return Ok(());
     };
@@ -187,7 +223,10 @@ fn check_sources(seq: u64, event_type: &str, sources: Option<&Value>, shadowed: 
     let mut cited = Vec::with_capacity(items.len());
     for item in items {
         let Some(cite) = non_negative_safe_integer(item) else {
-            return fail("sourceEventSeqs holds a value that is not a non-negative safe integer (rule 4)".into());
+            return fail(
+                "sourceEventSeqs holds a value that is not a non-negative safe integer (rule 4)"
+                    .into(),
+            );
         };
         cited.push(cite);
     }
@@ -197,10 +236,14 @@ fn check_sources(seq: u64, event_type: &str, sources: Option<&Value>, shadowed: 
         return fail("sourceEventSeqs has duplicates (rule 4)".into());
     }
     if let Some(late) = cited.iter().find(|c| **c >= seq) {
-        return fail(format!("sourceEventSeqs cites {late}, which is not an earlier event (rule 4)"));
+        return fail(format!(
+            "sourceEventSeqs cites {late}, which is not an earlier event (rule 4)"
+        ));
     }
     if let Some(missing) = shadowed.iter().find(|s| sorted.binary_search(s).is_err()) {
-        return fail(format!("sourceEventSeqs does not cite shadowed node {missing} (rule 6)"));
+        return fail(format!(
+            "sourceEventSeqs does not cite shadowed node {missing} (rule 6)"
+        ));
     }
     Ok(())
 }
@@ -208,7 +251,10 @@ fn check_sources(seq: u64, event_type: &str, sources: Option<&Value>, shadowed: 
 /// A hash of a tool/result's data with `message.content[0].content` set aside.
 fn tool_result_key(event: &JsonMap) -> u64 {
     let mut data = event.get("data").cloned().unwrap_or(Value::Null);
-    if let Some(block) = data.pointer_mut("/message/content/0").and_then(Value::as_object_mut) {
+    if let Some(block) = data
+        .pointer_mut("/message/content/0")
+        .and_then(Value::as_object_mut)
+    {
         block.remove("content");
     }
     let mut text = String::new();
@@ -228,7 +274,9 @@ mod tests {
     }
 
     fn user(seq: u64, op: Value, sources: Option<Value>) -> JsonMap {
-        let mut e = ev(json!({"type": "user/message", "seq": seq, "time": 0, "data": {"content": [], "source": {"kind": "user"}, "role": "user", "id": format!("u{seq}")}}));
+        let mut e = ev(
+            json!({"type": "user/message", "seq": seq, "time": 0, "data": {"content": [], "source": {"kind": "user"}, "role": "user", "id": format!("u{seq}")}}),
+        );
         if let Some(s) = sources {
             e.insert("sourceEventSeqs".into(), s);
         }
@@ -241,7 +289,9 @@ mod tests {
     }
 
     fn tool_result(seq: u64, text: &str, op: Value, sources: Value) -> JsonMap {
-        ev(json!({"type": "tool/result", "seq": seq, "time": 0, "data": {"turn": 1, "step": 1, "message": {"source": {"kind": "tool", "callId": "c"}, "content": [{"type": "tool-result", "toolCallId": "c", "content": [{"type": "text", "text": text}]}], "role": "user", "id": "t"}}, "sourceEventSeqs": sources, "surfaceOp": op}))
+        ev(
+            json!({"type": "tool/result", "seq": seq, "time": 0, "data": {"turn": 1, "step": 1, "message": {"source": {"kind": "tool", "callId": "c"}, "content": [{"type": "tool-result", "toolCallId": "c", "content": [{"type": "text", "text": text}]}], "role": "user", "id": "t"}}, "sourceEventSeqs": sources, "surfaceOp": op}),
+        )
     }
 
     fn fold(events: &[JsonMap]) -> Result<SurfaceFold, String> {
@@ -258,8 +308,16 @@ mod tests {
         for s in [2, 5, 7, 9] {
             events[s] = user(s as u64, json!("append"), None);
         }
-        events[12] = user(12, json!({"op": "replace", "start": 2, "end": 7}), Some(json!([2, 5, 7])));
-        events[15] = user(15, json!({"op": "replace", "start": 12, "end": 9}), Some(json!([12, 9])));
+        events[12] = user(
+            12,
+            json!({"op": "replace", "start": 2, "end": 7}),
+            Some(json!([2, 5, 7])),
+        );
+        events[15] = user(
+            15,
+            json!({"op": "replace", "start": 12, "end": 9}),
+            Some(json!([12, 9])),
+        );
         let f = fold(&events).unwrap();
         assert_eq!(f.nodes(), &[15]);
         assert_eq!(f.replace_generation(), 2);
@@ -269,22 +327,84 @@ mod tests {
 
     #[test]
     fn each_rule_has_a_failing_log() {
-        let base = vec![user(0, json!("append"), None), user(1, json!("append"), None)];
+        let base = vec![
+            user(0, json!("append"), None),
+            user(1, json!("append"), None),
+        ];
         let cases: Vec<(JsonMap, &str)> = vec![
             (user(3, json!("append"), None), "rule 1"),
-            ({ let mut e = log_only(2); e.insert("surfaceOp".into(), json!("append")); e }, "rule 2"),
-            ({ let mut e = log_only(2); e.insert("sourceEventSeqs".into(), json!(null)); e }, "rule 2"),
-            ({ let mut e = user(2, json!("append"), None); e.remove("surfaceOp"); e }, "rule 2"),
-            (user(2, json!({"op": "replace", "start": 0, "end": 1, "x": 1}), Some(json!([0, 1]))), "rule 3"),
-            (user(2, json!({"op": "replace", "start": 0, "end": -1}), Some(json!([0]))), "rule 3"),
+            (
+                {
+                    let mut e = log_only(2);
+                    e.insert("surfaceOp".into(), json!("append"));
+                    e
+                },
+                "rule 2",
+            ),
+            (
+                {
+                    let mut e = log_only(2);
+                    e.insert("sourceEventSeqs".into(), json!(null));
+                    e
+                },
+                "rule 2",
+            ),
+            (
+                {
+                    let mut e = user(2, json!("append"), None);
+                    e.remove("surfaceOp");
+                    e
+                },
+                "rule 2",
+            ),
+            (
+                user(
+                    2,
+                    json!({"op": "replace", "start": 0, "end": 1, "x": 1}),
+                    Some(json!([0, 1])),
+                ),
+                "rule 3",
+            ),
+            (
+                user(
+                    2,
+                    json!({"op": "replace", "start": 0, "end": -1}),
+                    Some(json!([0])),
+                ),
+                "rule 3",
+            ),
             (user(2, json!("append"), Some(json!([]))), "rule 4"),
             (user(2, json!("append"), Some(json!([1, 1]))), "rule 4"),
             (user(2, json!("append"), Some(json!([2]))), "rule 4"),
             (user(2, json!("append"), Some(json!("1"))), "rule 4"),
-            (user(2, json!({"op": "replace", "start": 5, "end": 1}), Some(json!([0, 1]))), "rule 5"),
-            (user(2, json!({"op": "replace", "start": 1, "end": 0}), Some(json!([0, 1]))), "rule 5"),
-            (user(2, json!({"op": "replace", "start": 0, "end": 1}), Some(json!([0]))), "rule 6"),
-            (user(2, json!({"op": "replace", "start": 0, "end": 1}), None), "rule 6"),
+            (
+                user(
+                    2,
+                    json!({"op": "replace", "start": 5, "end": 1}),
+                    Some(json!([0, 1])),
+                ),
+                "rule 5",
+            ),
+            (
+                user(
+                    2,
+                    json!({"op": "replace", "start": 1, "end": 0}),
+                    Some(json!([0, 1])),
+                ),
+                "rule 5",
+            ),
+            (
+                user(
+                    2,
+                    json!({"op": "replace", "start": 0, "end": 1}),
+                    Some(json!([0])),
+                ),
+                "rule 6",
+            ),
+            (
+                user(2, json!({"op": "replace", "start": 0, "end": 1}), None),
+                "rule 6",
+            ),
         ];
         for (bad, rule) in cases {
             let mut events = base.clone();
@@ -294,7 +414,11 @@ mod tests {
         }
         // The passing counterparts.
         let mut ok = base.clone();
-        ok.push(user(2, json!({"op": "replace", "start": 0, "end": 1}), Some(json!([1, 0]))));
+        ok.push(user(
+            2,
+            json!({"op": "replace", "start": 0, "end": 1}),
+            Some(json!([1, 0])),
+        ));
         assert_eq!(fold(&ok).unwrap().nodes(), &[2]);
         let mut empty_assistant = base.clone();
         empty_assistant.push(ev(json!({"type": "assistant/message", "seq": 2, "time": 0, "data": {}, "sourceEventSeqs": [], "surfaceOp": "append"})));
@@ -308,17 +432,32 @@ mod tests {
         base[0].insert("sourceEventSeqs".into(), json!([]));
         base[0].remove("sourceEventSeqs");
         let mut pruned = base.clone();
-        pruned.push(tool_result(1, "short", json!({"op": "replace", "start": 0, "end": 0}), json!([0])));
+        pruned.push(tool_result(
+            1,
+            "short",
+            json!({"op": "replace", "start": 0, "end": 0}),
+            json!([0]),
+        ));
         assert_eq!(fold(&pruned).unwrap().nodes(), &[1]);
 
         let mut renamed = base.clone();
-        let mut bad = tool_result(1, "short", json!({"op": "replace", "start": 0, "end": 0}), json!([0]));
+        let mut bad = tool_result(
+            1,
+            "short",
+            json!({"op": "replace", "start": 0, "end": 0}),
+            json!([0]),
+        );
         bad["data"]["message"]["id"] = json!("other");
         renamed.push(bad);
         assert!(fold(&renamed).unwrap_err().contains("rule 7"));
 
         let mut over_user = vec![user(0, json!("append"), None)];
-        over_user.push(tool_result(1, "x", json!({"op": "replace", "start": 0, "end": 0}), json!([0])));
+        over_user.push(tool_result(
+            1,
+            "x",
+            json!({"op": "replace", "start": 0, "end": 0}),
+            json!([0]),
+        ));
         assert!(fold(&over_user).unwrap_err().contains("rule 7"));
     }
 }

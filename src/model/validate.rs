@@ -64,10 +64,21 @@ pub fn is_known_type(event_type: &str) -> bool {
 
 /// The three types that can put a message on the surface.
 pub fn is_surface_type(event_type: &str) -> bool {
-    matches!(event_type, "user/message" | "assistant/message" | "tool/result")
+    matches!(
+        event_type,
+        "user/message" | "assistant/message" | "tool/result"
+    )
 }
 
-const ENVELOPE_KEYS: [&str; 7] = ["type", "seq", "time", "data", "ignorable", "surfaceOp", "sourceEventSeqs"];
+const ENVELOPE_KEYS: [&str; 7] = [
+    "type",
+    "seq",
+    "time",
+    "data",
+    "ignorable",
+    "surfaceOp",
+    "sourceEventSeqs",
+];
 
 /// Envelope checks (spec §2.1). Returns the event's seq.
 pub fn check_envelope(event: &JsonMap) -> Result<u64, String> {
@@ -77,14 +88,20 @@ pub fn check_envelope(event: &JsonMap) -> Result<u64, String> {
     if !event.get("type").is_some_and(Value::is_string) {
         return Err("invalid event envelope: type is not a string".into());
     }
-    let seq = event.get("seq").and_then(non_negative_safe_integer).ok_or("invalid event envelope: seq is not a non-negative safe integer")?;
+    let seq = event
+        .get("seq")
+        .and_then(non_negative_safe_integer)
+        .ok_or("invalid event envelope: seq is not a non-negative safe integer")?;
     if event.get("time").and_then(safe_integer).is_none() {
         return Err("invalid event envelope: time is not a safe integer".into());
     }
     if !event.contains_key("data") {
         return Err("invalid event envelope: data is missing".into());
     }
-    if event.get("ignorable").is_some_and(|v| v != &Value::Bool(true)) {
+    if event
+        .get("ignorable")
+        .is_some_and(|v| v != &Value::Bool(true))
+    {
         return Err("invalid event envelope: ignorable must be exactly true".into());
     }
     Ok(seq)
@@ -122,7 +139,11 @@ pub fn check_turn_end(data: &Value) -> Result<(), String> {
     if data.keys().any(|k| k != "turn" && k != "reason") {
         return malformed("data may contain only turn and reason");
     }
-    if data.get("turn").and_then(safe_integer).is_none_or(|t| t < 1) {
+    if data
+        .get("turn")
+        .and_then(safe_integer)
+        .is_none_or(|t| t < 1)
+    {
         return malformed("turn is not a safe integer >= 1");
     }
     let Some(reason) = data.get("reason").and_then(Value::as_object) else {
@@ -159,11 +180,19 @@ pub fn check_message_shape(event_type: &str, data: &Value) -> Result<(), String>
     if !non_empty_str(message, "id") {
         return bad("has no non-empty string id");
     }
-    let role = if event_type == "assistant/message" { "assistant" } else { "user" };
+    let role = if event_type == "assistant/message" {
+        "assistant"
+    } else {
+        "user"
+    };
     if str_field(message, "role") != Some(role) {
         return bad(&format!("role is not {role:?}"));
     }
-    let Some(source) = message.get("source").and_then(Value::as_object).filter(|s| non_empty_str(s, "kind")) else {
+    let Some(source) = message
+        .get("source")
+        .and_then(Value::as_object)
+        .filter(|s| non_empty_str(s, "kind"))
+    else {
         return bad("source has no non-empty string kind");
     };
     let Some(content) = message.get("content").and_then(Value::as_array) else {
@@ -171,7 +200,9 @@ pub fn check_message_shape(event_type: &str, data: &Value) -> Result<(), String>
     };
     match event_type {
         "assistant/message"
-            if str_field(source, "kind") != Some("model") || !non_empty_str(source, "provider") || !non_empty_str(source, "model") =>
+            if str_field(source, "kind") != Some("model")
+                || !non_empty_str(source, "provider")
+                || !non_empty_str(source, "model") =>
         {
             return bad("source is not a model source with provider and model");
         }
@@ -184,7 +215,9 @@ pub fn check_message_shape(event_type: &str, data: &Value) -> Result<(), String>
                 [Value::Object(block)] => block,
                 _ => return bad("content is not exactly one block"),
             };
-            if str_field(block, "type") != Some("tool-result") || !block.get("content").is_some_and(Value::is_array) {
+            if str_field(block, "type") != Some("tool-result")
+                || !block.get("content").is_some_and(Value::is_array)
+            {
                 return bad("content block is not a tool-result block with content");
             }
             if str_field(block, "toolCallId") != call_id {
@@ -208,7 +241,10 @@ pub fn check_request_header(data: &Value) -> Result<(), String> {
     if !non_empty_str(config, "provider") || !non_empty_str(config, "model") {
         return bad("config lacks a non-empty provider or model");
     }
-    if config.get("reasoningEffort").is_some_and(|v| v.as_str().is_none_or(str::is_empty)) {
+    if config
+        .get("reasoningEffort")
+        .is_some_and(|v| v.as_str().is_none_or(str::is_empty))
+    {
         return bad("config.reasoningEffort is not a non-empty string");
     }
     if let Some(defaults) = header.get("adapterDefaults") {
@@ -216,7 +252,10 @@ pub fn check_request_header(data: &Value) -> Result<(), String> {
             return bad("adapterDefaults is not an object");
         };
         for (key, value) in defaults {
-            if !matches!(key.as_str(), "reasoningEffort" | "maxTokens") || value != &Value::Bool(true) || !config.contains_key(key) {
+            if !matches!(key.as_str(), "reasoningEffort" | "maxTokens")
+                || value != &Value::Bool(true)
+                || !config.contains_key(key)
+            {
                 return bad("adapterDefaults marks a field that is not a defaulted config value");
             }
         }
@@ -235,7 +274,12 @@ mod tests {
 
     #[test]
     fn envelope_rules() {
-        assert_eq!(check_envelope(&map(json!({"type": "t", "seq": 3, "time": -5, "data": null}))), Ok(3));
+        assert_eq!(
+            check_envelope(&map(
+                json!({"type": "t", "seq": 3, "time": -5, "data": null})
+            )),
+            Ok(3)
+        );
         for bad in [
             json!({"type": "t", "seq": 0, "time": 0}),
             json!({"type": "t", "seq": -1, "time": 0, "data": 1}),
@@ -252,16 +296,27 @@ mod tests {
     fn turn_end_rules() {
         assert!(check_turn_end(&json!({"turn": 1, "reason": {"kind": "completed"}})).is_ok());
         assert!(check_turn_end(&json!({"turn": 1, "reason": {"kind": "future", "x": 1}})).is_ok());
-        assert!(check_turn_end(&json!({"turn": 1, "step": 1, "reason": {"kind": "completed"}})).is_err());
+        assert!(
+            check_turn_end(&json!({"turn": 1, "step": 1, "reason": {"kind": "completed"}}))
+                .is_err()
+        );
         assert!(check_turn_end(&json!({"turn": 0, "reason": {"kind": "completed"}})).is_err());
-        assert!(check_turn_end(&json!({"turn": 1, "reason": {"kind": "completed", "x": 1}})).is_err());
+        assert!(
+            check_turn_end(&json!({"turn": 1, "reason": {"kind": "completed", "x": 1}})).is_err()
+        );
     }
 
     #[test]
     fn message_shapes() {
         let user = json!({"content": [], "source": {"kind": "user"}, "role": "user", "id": "u"});
         assert!(check_message_shape("user/message", &user).is_ok());
-        assert!(check_message_shape("user/message", &json!({"content": [], "source": {"kind": "user"}, "role": "user", "id": ""})).is_err());
+        assert!(
+            check_message_shape(
+                "user/message",
+                &json!({"content": [], "source": {"kind": "user"}, "role": "user", "id": ""})
+            )
+            .is_err()
+        );
         let result = json!({"message": {"source": {"kind": "tool", "callId": "c"}, "content": [{"type": "tool-result", "toolCallId": "c", "content": []}], "role": "user", "id": "t"}});
         assert!(check_message_shape("tool/result", &result).is_ok());
         let mismatched = json!({"message": {"source": {"kind": "tool", "callId": "c"}, "content": [{"type": "tool-result", "toolCallId": "d", "content": []}], "role": "user", "id": "t"}});
@@ -272,7 +327,12 @@ mod tests {
 
     #[test]
     fn request_header_and_retired_shapes() {
-        assert!(check_request_header(&json!({"header": {"config": {"provider": "p", "model": "m"}}, "reason": "initial"})).is_ok());
+        assert!(
+            check_request_header(
+                &json!({"header": {"config": {"provider": "p", "model": "m"}}, "reason": "initial"})
+            )
+            .is_ok()
+        );
         assert!(check_request_header(&json!({"header": {"config": {"provider": "p", "model": "m"}, "adapterDefaults": {"maxTokens": true}}})).is_err());
         assert!(check_retired("mode/set", &json!({})).is_err());
         assert!(check_retired("request/header", &json!({"reason": "fallback"})).is_err());

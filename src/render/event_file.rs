@@ -14,7 +14,11 @@ pub fn file_name(seq: u64, event_type: &str, synthetic: bool) -> String {
     // `/` becomes `.` for readability; anything else unsafe in a name is escaped.
     let readable = event_type.replace('/', ".");
     let safe = encode_segment(&readable).unwrap_or_else(|| "~".into());
-    let suffix = if synthetic { SYNTHETIC_SUFFIX } else { LOGGED_SUFFIX };
+    let suffix = if synthetic {
+        SYNTHETIC_SUFFIX
+    } else {
+        LOGGED_SUFFIX
+    };
     format!("{seq:08}-{safe}{suffix}")
 }
 
@@ -38,9 +42,18 @@ mod tests {
 
     #[test]
     fn names_sort_by_seq_and_mark_synthetic_events() {
-        assert_eq!(file_name(42, "tool/result", false), "00000042-tool.result.json");
-        assert_eq!(file_name(7, "tool/result", true), "00000007-tool.result.synthetic.json");
-        assert_eq!(file_name(1, "a b/../c", false), "00000001-a~0020b....c.json");
+        assert_eq!(
+            file_name(42, "tool/result", false),
+            "00000042-tool.result.json"
+        );
+        assert_eq!(
+            file_name(7, "tool/result", true),
+            "00000007-tool.result.synthetic.json"
+        );
+        assert_eq!(
+            file_name(1, "a b/../c", false),
+            "00000001-a~0020b....c.json"
+        );
         assert_eq!(seq_of("00000042-tool.result.json"), Some(42));
         assert_eq!(seq_of("123456789-x.json"), Some(123_456_789));
         assert_eq!(seq_of("42-x.json"), None);

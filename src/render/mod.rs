@@ -14,9 +14,24 @@ use crate::model::header::SessionHeader;
 /// the log has none), the latest request context and the latest title.
 pub fn header_json(header: &SessionHeader, fold: Option<&SessionFold>) -> Vec<u8> {
     let mut map = header.to_json();
-    map.insert("request".into(), fold.and_then(SessionFold::request_header).cloned().unwrap_or(Value::Null));
-    map.insert("requestContext".into(), fold.and_then(SessionFold::request_context).cloned().unwrap_or(Value::Null));
-    map.insert("title".into(), fold.and_then(SessionFold::title).cloned().unwrap_or(Value::Null));
+    map.insert(
+        "request".into(),
+        fold.and_then(SessionFold::request_header)
+            .cloned()
+            .unwrap_or(Value::Null),
+    );
+    map.insert(
+        "requestContext".into(),
+        fold.and_then(SessionFold::request_context)
+            .cloned()
+            .unwrap_or(Value::Null),
+    );
+    map.insert(
+        "title".into(),
+        fold.and_then(SessionFold::title)
+            .cloned()
+            .unwrap_or(Value::Null),
+    );
     pretty_line(&Value::Object(map))
 }
 
@@ -26,7 +41,11 @@ pub fn derived_message(event: &JsonMap) -> Option<&Value> {
     let data = event.get("data")?;
     match event.get("type")?.as_str()? {
         "user/message" => Some(data),
-        "assistant/message" => data.get("message").filter(|m| m.get("content").and_then(Value::as_array).is_some_and(|c| !c.is_empty())),
+        "assistant/message" => data.get("message").filter(|m| {
+            m.get("content")
+                .and_then(Value::as_array)
+                .is_some_and(|c| !c.is_empty())
+        }),
         "tool/result" => data.get("message"),
         _ => None,
     }
@@ -47,7 +66,14 @@ pub enum Standing {
 
 /// One `index.jsonl` line: seq, type, time, standing, and for replacements the
 /// seqs they cite; synthetic crash closers say so.
-pub fn index_line(seq: u64, event_type: &str, time: &Value, standing: Standing, cites: Option<&Value>, synthetic: bool) -> Vec<u8> {
+pub fn index_line(
+    seq: u64,
+    event_type: &str,
+    time: &Value,
+    standing: Standing,
+    cites: Option<&Value>,
+    synthetic: bool,
+) -> Vec<u8> {
     let mut map = Map::new();
     map.insert("seq".into(), seq.into());
     map.insert("type".into(), event_type.into());

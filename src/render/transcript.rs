@@ -37,7 +37,10 @@ impl TranscriptWriter {
     /// A writer in the same state (turn, pending compactions) with no bytes yet,
     /// to render events after this one without copying what is written.
     pub fn continuation(&self) -> TranscriptWriter {
-        TranscriptWriter { out: Vec::new(), ..self.clone_state() }
+        TranscriptWriter {
+            out: Vec::new(),
+            ..self.clone_state()
+        }
     }
 
     fn clone_state(&self) -> TranscriptWriter {
@@ -57,7 +60,10 @@ impl TranscriptWriter {
     pub fn unfinished_note(&self) -> Vec<u8> {
         let mut out = Vec::new();
         for (id, seq) in &self.open_compactions {
-            let _ = writeln!(out, "> **Unfinished compaction** `{id}` started at seq {seq} and has no compaction/end.\n");
+            let _ = writeln!(
+                out,
+                "> **Unfinished compaction** `{id}` started at seq {seq} and has no compaction/end.\n"
+            );
         }
         out
     }
@@ -71,8 +77,15 @@ impl TranscriptWriter {
 
     fn heading(&mut self, seq: u64, who: &str, time: &Value, synthetic: bool) {
         let tag = self.tag(seq);
-        let when = time.as_i64().map(format_time).unwrap_or_else(|| time.to_string());
-        let mark = if synthetic { " · *synthetic: added by crash repair, not logged*" } else { "" };
+        let when = time
+            .as_i64()
+            .map(format_time)
+            .unwrap_or_else(|| time.to_string());
+        let mark = if synthetic {
+            " · *synthetic: added by crash repair, not logged*"
+        } else {
+            ""
+        };
         let _ = writeln!(self.out, "### {tag} {who} · {when}{mark}\n");
     }
 
@@ -94,16 +107,25 @@ impl TranscriptWriter {
         let seq = event.get("seq").and_then(Value::as_u64).unwrap_or_default();
         let time = event.get("time").cloned().unwrap_or(Value::Null);
         let data = event.get("data").unwrap_or(&Value::Null);
-        let event_type = event.get("type").and_then(Value::as_str).unwrap_or_default();
+        let event_type = event
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         match (event_type, effect) {
             ("turn/start", _) => {
-                let turn = data.get("turn").map(|t| t.to_string()).unwrap_or_else(|| "?".into());
+                let turn = data
+                    .get("turn")
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|| "?".into());
                 let _ = writeln!(self.out, "## Turn {turn}\n");
                 self.turn = Some(turn);
             }
             ("turn/end", _) => {
                 let reason = data.get("reason").unwrap_or(&Value::Null);
-                let kind = reason.get("kind").and_then(Value::as_str).unwrap_or("unknown");
+                let kind = reason
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown");
                 if kind != "completed" {
                     let detail = turn_end_detail(reason);
                     self.heading(seq, "turn ended", &time, synthetic);
@@ -131,7 +153,10 @@ impl TranscriptWriter {
             ("user/message", SurfaceEffect::Replaced(replacement))
                 if data.pointer("/source/plugin").and_then(Value::as_str) == Some("compact") =>
             {
-                let id = data.pointer("/source/compactionId").and_then(Value::as_str).unwrap_or_default();
+                let id = data
+                    .pointer("/source/compactionId")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 let summary = self.summaries.remove(id).unwrap_or_default();
                 self.heading(seq, "context compacted", &time, false);
                 let note = format!(
@@ -139,14 +164,24 @@ impl TranscriptWriter {
                     replacement.shadowed.len()
                 );
                 self.text(seq, Some("**Note:**"), &note);
-                self.text(seq, Some("**Summary (written by the model, not said by the user):**"), &summary);
+                self.text(
+                    seq,
+                    Some("**Summary (written by the model, not said by the user):**"),
+                    &summary,
+                );
             }
             ("user/message", SurfaceEffect::Appended) => {
                 let source = data.get("source").unwrap_or(&Value::Null);
                 let who = match source.get("kind").and_then(Value::as_str) {
                     Some("user") => "user".to_string(),
                     Some("plugin") => {
-                        format!("context from {}", source.get("plugin").and_then(Value::as_str).unwrap_or("a plugin"))
+                        format!(
+                            "context from {}",
+                            source
+                                .get("plugin")
+                                .and_then(Value::as_str)
+                                .unwrap_or("a plugin")
+                        )
                     }
                     Some(other) => format!("user message ({other})"),
                     None => "user message".into(),
@@ -177,9 +212,13 @@ impl TranscriptWriter {
             }
             ("tool/result", SurfaceEffect::Appended) => {
                 let message = data.get("message").unwrap_or(&Value::Null);
-                let call = message.pointer("/source/callId").and_then(Value::as_str).unwrap_or("?");
+                let call = message
+                    .pointer("/source/callId")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?");
                 let block = message.pointer("/content/0").unwrap_or(&Value::Null);
-                let is_error = block.get("isError") == Some(&Value::Bool(true)) || data.get("error").is_some();
+                let is_error =
+                    block.get("isError") == Some(&Value::Bool(true)) || data.get("error").is_some();
                 let mut who = format!("tool result `{call}`");
                 if is_error {
                     who.push_str(" · **error**");
@@ -187,8 +226,14 @@ impl TranscriptWriter {
                 if let Some(error) = data.get("error") {
                     who.push_str(&format!(
                         " {} {}",
-                        error.get("name").and_then(Value::as_str).unwrap_or_default(),
-                        error.get("code").and_then(Value::as_str).unwrap_or_default()
+                        error
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default(),
+                        error
+                            .get("code")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
                     ));
                 }
                 self.heading(seq, &who, &time, synthetic);
@@ -201,30 +246,69 @@ impl TranscriptWriter {
     fn blocks(&mut self, seq: u64, content: Option<&Value>) {
         for block in content.and_then(Value::as_array).into_iter().flatten() {
             match block.get("type").and_then(Value::as_str) {
-                Some("text") => self.text(seq, None, block.get("text").and_then(Value::as_str).unwrap_or_default()),
-                Some("reasoning") => {
-                    self.text(seq, Some("*reasoning:*"), block.get("text").and_then(Value::as_str).unwrap_or_default())
-                }
+                Some("text") => self.text(
+                    seq,
+                    None,
+                    block
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                ),
+                Some("reasoning") => self.text(
+                    seq,
+                    Some("*reasoning:*"),
+                    block
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                ),
                 Some("tool-call") => {
                     let name = block.get("name").and_then(Value::as_str).unwrap_or("?");
                     let id = block.get("id").and_then(Value::as_str).unwrap_or("?");
-                    let arguments = block.get("arguments").and_then(Value::as_str).unwrap_or_default();
-                    self.text(seq, Some(&format!("**tool call** `{name}` `{id}`:")), arguments);
+                    let arguments = block
+                        .get("arguments")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    self.text(
+                        seq,
+                        Some(&format!("**tool call** `{name}` `{id}`:")),
+                        arguments,
+                    );
                 }
                 Some("image") => {
                     let attachment = block.get("attachment").unwrap_or(&Value::Null);
-                    let name = attachment.get("name").and_then(Value::as_str).unwrap_or("image");
-                    self.text(seq, Some("*image:*"), &format!("{name} ({})", attachment.get("mediaType").and_then(Value::as_str).unwrap_or("?")));
+                    let name = attachment
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("image");
+                    self.text(
+                        seq,
+                        Some("*image:*"),
+                        &format!(
+                            "{name} ({})",
+                            attachment
+                                .get("mediaType")
+                                .and_then(Value::as_str)
+                                .unwrap_or("?")
+                        ),
+                    );
                 }
                 Some("tool-result") => self.blocks(seq, block.get("content")),
-                other => self.text(seq, Some(&format!("*{} block*", other.unwrap_or("unknown"))), &block.to_string()),
+                other => self.text(
+                    seq,
+                    Some(&format!("*{} block*", other.unwrap_or("unknown"))),
+                    &block.to_string(),
+                ),
             }
         }
     }
 }
 
 fn str_field_value(data: &Value, key: &str) -> String {
-    data.as_object().and_then(|m| str_field(m, key)).unwrap_or_default().to_string()
+    data.as_object()
+        .and_then(|m| str_field(m, key))
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn block_texts(blocks: Option<&Value>) -> String {
@@ -241,7 +325,10 @@ fn turn_end_detail(reason: &Value) -> String {
     match reason.get("kind").and_then(Value::as_str) {
         Some("aborted") => {
             let cause = reason.get("reason").unwrap_or(&Value::Null);
-            let kind = cause.get("kind").and_then(Value::as_str).unwrap_or("unknown");
+            let kind = cause
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown");
             match cause.get("reason").and_then(Value::as_str) {
                 Some(why) => format!(" (by {kind}: {why})"),
                 None => format!(" (by {kind})"),
@@ -255,7 +342,9 @@ fn turn_end_detail(reason: &Value) -> String {
                 error.get("message").and_then(Value::as_str).unwrap_or("?")
             )
         }
-        Some("interrupted") => " (the session stopped inside this turn; closed by crash repair)".into(),
+        Some("interrupted") => {
+            " (the session stopped inside this turn; closed by crash repair)".into()
+        }
         _ => String::new(),
     }
 }
@@ -272,7 +361,11 @@ mod tests {
     #[test]
     fn renders_turns_messages_and_compaction_markers() {
         let mut writer = TranscriptWriter::new("s");
-        writer.event(&ev(r#"{"type":"turn/start","seq":0,"time":0,"data":{"turn":1}}"#), &SurfaceEffect::None, false);
+        writer.event(
+            &ev(r#"{"type":"turn/start","seq":0,"time":0,"data":{"turn":1}}"#),
+            &SurfaceEffect::None,
+            false,
+        );
         writer.event(
             &ev(r#"{"type":"user/message","seq":1,"time":0,"data":{"content":[{"type":"text","text":"hello\nworld"}],"source":{"kind":"user"},"role":"user","id":"u"},"surfaceOp":"append"}"#),
             &SurfaceEffect::Appended,
@@ -280,7 +373,12 @@ mod tests {
         );
         writer.event(&ev(r#"{"type":"compaction/start","seq":2,"time":0,"data":{"compactionId":"c1","turn":1}}"#), &SurfaceEffect::None, false);
         writer.event(&ev(r#"{"type":"compaction/summary","seq":3,"time":0,"data":{"compactionId":"c1","summary":[{"type":"text","text":"they greeted"}]}}"#), &SurfaceEffect::None, false);
-        let replacement = SurfaceEffect::Replaced(Replacement { seq: 4, start: 1, end: 1, shadowed: vec![1] });
+        let replacement = SurfaceEffect::Replaced(Replacement {
+            seq: 4,
+            start: 1,
+            end: 1,
+            shadowed: vec![1],
+        });
         writer.event(
             &ev(r#"{"type":"user/message","seq":4,"time":0,"data":{"content":[],"source":{"kind":"plugin","plugin":"compact","compactionId":"c1"},"role":"user","id":"x"},"surfaceOp":{"op":"replace","start":1,"end":1},"sourceEventSeqs":[1,2,3]}"#),
             &replacement,
@@ -290,7 +388,13 @@ mod tests {
         assert!(text.contains("## Turn 1"));
         assert!(text.contains("[t1 #1] hello\n    world\n"));
         assert!(text.contains("context compacted"));
-        assert!(text.contains("**Summary (written by the model, not said by the user):** they greeted"));
-        assert!(writer.unfinished_note().starts_with(b"> **Unfinished compaction** `c1`"));
+        assert!(
+            text.contains("**Summary (written by the model, not said by the user):** they greeted")
+        );
+        assert!(
+            writer
+                .unfinished_note()
+                .starts_with(b"> **Unfinished compaction** `c1`")
+        );
     }
 }

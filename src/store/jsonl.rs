@@ -17,8 +17,13 @@ use crate::model::chunk_rows::{JSONL_ROW_LIMITS, RowKind, expand_jsonl_row, pack
 use crate::model::header::SessionHeader;
 use crate::model::ids::{decode_segment, encode_segment, project_dir};
 use crate::store::tail::{Decoded, TailScanner};
-use crate::store::zstd_frames::{Frame, FrameDecoder, FrameReader, FrameScan, decode_frame, decode_torn_frame, encode_frame, scan_frame};
-use crate::store::{Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey};
+use crate::store::zstd_frames::{
+    Frame, FrameDecoder, FrameReader, FrameScan, decode_frame, decode_torn_frame, encode_frame,
+    scan_frame,
+};
+use crate::store::{
+    Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey,
+};
 
 pub const RAW_NAME: &str = "session.jsonl";
 pub const ZSTD_NAME: &str = "session.jsonl.zstd";
@@ -34,7 +39,13 @@ pub struct JsonlStore {
     root: PathBuf,
     /// The last decompressed zstd frame, so fetching neighbouring events does not
     /// decompress the same frame again and again.
-    frame_cache: Mutex<Option<(PathBuf, u64, Arc<Vec<u8>>)>>,
+    frame_cache: Mutex<Option<CachedFrame>>,
+}
+
+struct CachedFrame {
+    path: PathBuf,
+    offset: u64,
+    plaintext: Arc<Vec<u8>>,
 }
 
 fn is_zstd(path: &Path) -> bool {
@@ -56,8 +67,14 @@ fn decode_record(line: &[u8]) -> Result<Vec<JsonMap>, RecordError> {
     let value: Value = serde_json::from_str(&text).map_err(|_| RecordError::Unparsable)?;
     match value {
         Value::Null => Err(RecordError::Null),
-        Value::Object(map) => match map.get("type").and_then(Value::as_str).and_then(RowKind::from_tag) {
-            Some(kind) => expand_jsonl_row(kind, &map, JSONL_ROW_LIMITS).map_err(|_| RecordError::Unparsable),
+        Value::Object(map) => match map
+            .get("type")
+            .and_then(Value::as_str)
+            .and_then(RowKind::from_tag)
+        {
+            Some(kind) => {
+                expand_jsonl_row(kind, &map, JSONL_ROW_LIMITS).map_err(|_| RecordError::Unparsable)
+            }
             None => Ok(vec![map]),
         },
         // Not an object: the Harness passes it through and it then fails contiguity.
@@ -88,20 +105,33 @@ impl LineScanner<'_> {
         let decoded = match decode_record(line) {
             Ok(events) => Decoded::Events(events),
             Err(RecordError::Null) => {
-                return Err(corrupt(self.path, format!("corrupt session log: null record at line {number}")));
+                return Err(corrupt(
+                    self.path,
+                    format!("corrupt session log: null record at line {number}"),
+                ));
             }
-            Err(RecordError::Unparsable) => Decoded::Bad(format!("corrupt session log: unparsable committed event at line {number}")),
+            Err(RecordError::Unparsable) => Decoded::Bad(format!(
+                "corrupt session log: unparsable committed event at line {number}"
+            )),
         };
         let path = self.path;
         let kept = self
             .tail
-            .feed(decoded, || format!("corrupt session log: seq gap at line {number}"))
+            .feed(decoded, || {
+                format!("corrupt session log: seq gap at line {number}")
+            })
             .map_err(|r| corrupt(path, r))?;
         let Some(events) = kept else {
             return Ok(false);
         };
         for (member, event) in events.into_iter().enumerate() {
-            (self.sink)(EventLoc { member: member as u32, ..loc }, event)?;
+            (self.sink)(
+                EventLoc {
+                    member: member as u32,
+                    ..loc
+                },
+                event,
+            )?;
         }
         Ok(true)
     }
@@ -109,9 +139,15 @@ impl LineScanner<'_> {
 
 impl JsonlStore {
     pub fn open(root: &Path) -> Result<JsonlStore, String> {
-        let root = root.canonicalize().map_err(|e| format!("cannot open store {}: {e}", root.display()))?;
-        std::fs::read_dir(&root).map_err(|e| format!("cannot list store {}: {e}", root.display()))?;
-        Ok(JsonlStore { root, frame_cache: Mutex::new(None) })
+        let root = root
+            .canonicalize()
+            .map_err(|e| format!("cannot open store {}: {e}", root.display()))?;
+        std::fs::read_dir(&root)
+            .map_err(|e| format!("cannot list store {}: {e}", root.display()))?;
+        Ok(JsonlStore {
+            root,
+            frame_cache: Mutex::new(None),
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -133,9 +169,14 @@ impl JsonlStore {
     }
 
     fn read_header(&self, path: &Path) -> Result<SessionHeader, String> {
-        let line = if is_zstd(path) { read_zstd_header(path)? } else { read_raw_header(path)? };
+        let line = if is_zstd(path) {
+            read_zstd_header(path)?
+        } else {
+            read_raw_header(path)?
+        };
         let text = String::from_utf8_lossy(&line);
-        let value: Value = serde_json::from_str(&text).map_err(|_| "first line is not a session header (not JSON)".to_string())?;
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|_| "first line is not a session header (not JSON)".to_string())?;
         let Value::Object(map) = value else {
             return Err("first line is not a session header (not an object)".into());
         };
@@ -146,43 +187,87 @@ impl JsonlStore {
     fn check_identity(&self, path: &Path, header: &SessionHeader) -> Result<(), String> {
         let file = if is_zstd(path) { ZSTD_NAME } else { RAW_NAME };
         let segment = encode_segment(&header.id).ok_or("the header's session id is empty")?;
-        let expected = self.root.join(project_dir(header.cwd.as_deref())).join(segment).join(file);
+        let expected = self
+            .root
+            .join(project_dir(header.cwd.as_deref()))
+            .join(segment)
+            .join(file);
         let same = expected == path
             || matches!((expected.canonicalize(), path.canonicalize()), (Ok(a), Ok(b)) if a == b);
         if same {
             Ok(())
         } else {
-            Err(format!("header id {:?} and cwd {:?} identify {}, not this file", header.id, header.cwd, expected.display()))
+            Err(format!(
+                "header id {:?} and cwd {:?} identify {}, not this file",
+                header.id,
+                header.cwd,
+                expected.display()
+            ))
         }
     }
 
-    fn scan_raw(&self, path: &Path, from: &ScanPoint, sink: &mut EventSink) -> Result<(ScanPoint, ScanEnd), Refusal> {
+    fn scan_raw(
+        &self,
+        path: &Path,
+        from: &ScanPoint,
+        sink: &mut EventSink,
+    ) -> Result<(ScanPoint, ScanEnd), Refusal> {
         let file = File::open(path).map_err(|e| io_refusal(path, e))?;
         let mut reader = BufReader::with_capacity(256 << 10, file);
         let mut offset = from.offset;
         if offset == 0 {
-            let header = read_line(&mut reader, MAX_HEADER_BYTES).map_err(|e| io_refusal(path, e))?;
+            let header =
+                read_line(&mut reader, MAX_HEADER_BYTES).map_err(|e| io_refusal(path, e))?;
             match header {
                 Line::Complete(bytes) => offset = bytes.len() as u64 + 1,
-                _ => return Err(corrupt(path, "corrupt session log: empty or header-less session log")),
+                _ => {
+                    return Err(corrupt(
+                        path,
+                        "corrupt session log: empty or header-less session log",
+                    ));
+                }
             }
         } else {
-            reader.seek(SeekFrom::Start(offset)).map_err(|e| io_refusal(path, e))?;
+            reader
+                .seek(SeekFrom::Start(offset))
+                .map_err(|e| io_refusal(path, e))?;
         }
-        let mut scanner = LineScanner { tail: TailScanner::new(from.events), line_number: from.plain, sink, path };
-        let mut committed = ScanPoint { offset, ..from.clone() };
+        let mut scanner = LineScanner {
+            tail: TailScanner::new(from.events),
+            line_number: from.plain,
+            sink,
+            path,
+        };
+        let mut committed = ScanPoint {
+            offset,
+            ..from.clone()
+        };
         let mut position = offset;
         loop {
             match read_line(&mut reader, MAX_RECORD_BYTES).map_err(|e| io_refusal(path, e))? {
                 Line::End => break,
                 Line::Partial => {
-                    return Ok((committed, ScanEnd::Torn { at: format!("byte {position} (an unterminated last line)") }));
+                    return Ok((
+                        committed,
+                        ScanEnd::Torn {
+                            at: format!("byte {position} (an unterminated last line)"),
+                        },
+                    ));
                 }
                 Line::TooLong => {
-                    return Err(corrupt(path, format!("record at byte {position} is longer than {MAX_RECORD_BYTES} bytes")));
+                    return Err(corrupt(
+                        path,
+                        format!(
+                            "record at byte {position} is longer than {MAX_RECORD_BYTES} bytes"
+                        ),
+                    ));
                 }
                 Line::Complete(bytes) => {
-                    let loc = EventLoc { record: position, within: 0, member: 0 };
+                    let loc = EventLoc {
+                        record: position,
+                        within: 0,
+                        member: 0,
+                    };
                     let kept = scanner.line(&bytes, loc)?;
                     position += bytes.len() as u64 + 1;
                     if kept {
@@ -197,14 +282,25 @@ impl JsonlStore {
             }
         }
         match scanner.tail.issue() {
-            Some(issue) => Ok((committed, ScanEnd::Torn { at: issue.to_string() })),
+            Some(issue) => Ok((
+                committed,
+                ScanEnd::Torn {
+                    at: issue.to_string(),
+                },
+            )),
             None => Ok((committed, ScanEnd::Complete)),
         }
     }
 
-    fn scan_zstd(&self, path: &Path, from: &ScanPoint, sink: &mut EventSink) -> Result<(ScanPoint, ScanEnd), Refusal> {
+    fn scan_zstd(
+        &self,
+        path: &Path,
+        from: &ScanPoint,
+        sink: &mut EventSink,
+    ) -> Result<(ScanPoint, ScanEnd), Refusal> {
         let mut file = File::open(path).map_err(|e| io_refusal(path, e))?;
-        file.seek(SeekFrom::Start(from.offset)).map_err(|e| io_refusal(path, e))?;
+        file.seek(SeekFrom::Start(from.offset))
+            .map_err(|e| io_refusal(path, e))?;
         let mut reader = FrameReader::new(file);
         let mut decoder = FrameDecoder::new().map_err(|why| corrupt(path, why))?;
         let mut here = from.offset;
@@ -216,34 +312,64 @@ impl JsonlStore {
                     here += frame.len() as u64;
                     frames = 1;
                 }
-                _ => return Err(corrupt(path, "corrupt Zstandard session log: empty or header-less Zstandard session log")),
+                _ => {
+                    return Err(corrupt(
+                        path,
+                        "corrupt Zstandard session log: empty or header-less Zstandard session log",
+                    ));
+                }
             }
         }
-        let mut scanner = LineScanner { tail: TailScanner::strict(from.events), line_number: from.plain, sink, path };
+        let mut scanner = LineScanner {
+            tail: TailScanner::strict(from.events),
+            line_number: from.plain,
+            sink,
+            path,
+        };
         loop {
             match reader.next_frame().map_err(|e| io_refusal(path, e))? {
                 Frame::End => {
-                    let end = ScanPoint { events: scanner.tail.next_seq(), offset: here, plain: scanner.line_number, frames };
+                    let end = ScanPoint {
+                        events: scanner.tail.next_seq(),
+                        offset: here,
+                        plain: scanner.line_number,
+                        frames,
+                    };
                     return Ok((end, ScanEnd::Complete));
                 }
                 Frame::Corrupt(why) => {
-                    return Err(corrupt(path, format!("corrupt Zstandard session log: {why} at byte {here}")));
+                    return Err(corrupt(
+                        path,
+                        format!("corrupt Zstandard session log: {why} at byte {here}"),
+                    ));
                 }
                 Frame::Complete(frame) => {
                     let plaintext = decoder.decode(frame).map_err(|_| {
                         corrupt(path, format!("corrupt Zstandard session log: frame at byte {here} failed validation"))
                     })?;
                     let torn_record = || {
-                        corrupt(path, format!("corrupt Zstandard session log: complete frame at byte {here} contains a torn JSONL record"))
+                        corrupt(
+                            path,
+                            format!(
+                                "corrupt Zstandard session log: complete frame at byte {here} contains a torn JSONL record"
+                            ),
+                        )
                     };
                     if !plaintext.ends_with(b"\n") {
                         return Err(torn_record());
                     }
                     let mut within = 0usize;
                     for line in plaintext[..plaintext.len() - 1].split(|b| *b == b'\n') {
-                        let loc = EventLoc { record: here, within: within as u32, member: 0 };
+                        let loc = EventLoc {
+                            record: here,
+                            within: within as u32,
+                            member: 0,
+                        };
                         scanner.line(line, loc).map_err(|r| match r {
-                            Refusal::Corrupt(m) if m.starts_with("corrupt session log: unparsable") || m.starts_with("corrupt session log: seq gap") => {
+                            Refusal::Corrupt(m)
+                                if m.starts_with("corrupt session log: unparsable")
+                                    || m.starts_with("corrupt session log: seq gap") =>
+                            {
                                 torn_record()
                             }
                             other => other,
@@ -254,20 +380,39 @@ impl JsonlStore {
                     frames += 1;
                 }
                 Frame::Torn(bytes) => {
-                    let committed = ScanPoint { events: scanner.tail.next_seq(), offset: here, plain: scanner.line_number, frames };
+                    let committed = ScanPoint {
+                        events: scanner.tail.next_seq(),
+                        offset: here,
+                        plain: scanner.line_number,
+                        frames,
+                    };
                     let plaintext = decode_torn_frame(bytes);
-                    let mut lenient = LineScanner { tail: TailScanner::new(scanner.tail.next_seq()), line_number: scanner.line_number, sink: scanner.sink, path };
+                    let mut lenient = LineScanner {
+                        tail: TailScanner::new(scanner.tail.next_seq()),
+                        line_number: scanner.line_number,
+                        sink: scanner.sink,
+                        path,
+                    };
                     let mut within = 0usize;
                     let mut rest = &plaintext[..];
                     while let Some(newline) = rest.iter().position(|b| *b == b'\n') {
-                        let loc = EventLoc { record: here, within: within as u32, member: 0 };
+                        let loc = EventLoc {
+                            record: here,
+                            within: within as u32,
+                            member: 0,
+                        };
                         lenient.line(&rest[..newline], loc)?;
                         within += newline + 1;
                         rest = &rest[newline + 1..];
                     }
                     // Events recovered from the torn frame are shown, but the next scan
                     // starts again at the torn frame: it may still be being written.
-                    return Ok((committed, ScanEnd::Torn { at: format!("byte {here} (an incomplete final frame)") }));
+                    return Ok((
+                        committed,
+                        ScanEnd::Torn {
+                            at: format!("byte {here} (an incomplete final frame)"),
+                        },
+                    ));
                 }
             }
         }
@@ -276,34 +421,50 @@ impl JsonlStore {
     /// The plaintext of the frame starting at `offset` (complete or torn), cached.
     fn frame_plaintext(&self, path: &Path, offset: u64) -> Result<Arc<Vec<u8>>, Refusal> {
         let mut cache = self.frame_cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((cached_path, cached_offset, plaintext)) = cache.as_ref()
-            && cached_path == path
-            && *cached_offset == offset
+        if let Some(cached) = cache.as_ref()
+            && cached.path == path
+            && cached.offset == offset
         {
-            return Ok(plaintext.clone());
+            return Ok(cached.plaintext.clone());
         }
         let mut file = File::open(path).map_err(|e| io_refusal(path, e))?;
-        file.seek(SeekFrom::Start(offset)).map_err(|e| io_refusal(path, e))?;
+        file.seek(SeekFrom::Start(offset))
+            .map_err(|e| io_refusal(path, e))?;
         let mut reader = FrameReader::new(file);
         let plaintext = match reader.next_frame().map_err(|e| io_refusal(path, e))? {
-            Frame::Complete(frame) => Arc::new(decode_frame(frame).map_err(|why| corrupt(path, why))?),
+            Frame::Complete(frame) => {
+                Arc::new(decode_frame(frame).map_err(|why| corrupt(path, why))?)
+            }
             Frame::Torn(bytes) => Arc::new(decode_torn_frame(bytes)),
             Frame::Corrupt(why) => return Err(corrupt(path, why)),
             Frame::End => return Err(corrupt(path, format!("no frame at byte {offset}"))),
         };
-        *cache = Some((path.to_path_buf(), offset, plaintext.clone()));
+        *cache = Some(CachedFrame {
+            path: path.to_path_buf(),
+            offset,
+            plaintext: plaintext.clone(),
+        });
         Ok(plaintext)
     }
 
-    fn materialise(&self, header: &SessionHeader, events: &[JsonMap], zstd: bool) -> io::Result<PathBuf> {
-        let segment = encode_segment(&header.id).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty session id"))?;
+    fn materialise(
+        &self,
+        header: &SessionHeader,
+        events: &[JsonMap],
+        zstd: bool,
+    ) -> io::Result<PathBuf> {
+        let segment = encode_segment(&header.id)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty session id"))?;
         let project = self.root.join(project_dir(header.cwd.as_deref()));
         let session_dir = project.join(&segment);
         make_private_dir(&project, &self.root)?;
         make_private_dir(&session_dir, &project)?;
         let final_path = session_dir.join(if zstd { ZSTD_NAME } else { RAW_NAME });
         if final_path.exists() {
-            return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{} already exists", final_path.display())));
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} already exists", final_path.display()),
+            ));
         }
         let header_line = format!("{}\n", header.to_jsonl_line());
         let mut batch = String::new();
@@ -318,8 +479,16 @@ impl JsonlStore {
         } else {
             format!("{header_line}{batch}").into_bytes()
         };
-        let tmp = session_dir.join(format!("{}.{}.tmp", final_path.file_name().unwrap_or_default().to_string_lossy(), random_hex(12)));
-        let mut file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        let tmp = session_dir.join(format!(
+            "{}.{}.tmp",
+            final_path.file_name().unwrap_or_default().to_string_lossy(),
+            random_hex(12)
+        ));
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
         let written = file.write_all(&content).and_then(|_| file.sync_all());
         drop(file);
         if let Err(e) = written {
@@ -347,7 +516,9 @@ impl Backend for JsonlStore {
                 for entry in entries.flatten() {
                     let name = entry.file_name().to_string_lossy().into_owned();
                     let is_file = entry.file_type().is_ok_and(|t| t.is_file());
-                    let stem = name.strip_suffix(".jsonl.zstd").or_else(|| name.strip_suffix(".jsonl"));
+                    let stem = name
+                        .strip_suffix(".jsonl.zstd")
+                        .or_else(|| name.strip_suffix(".jsonl"));
                     if let (true, Some(stem)) = (is_file, stem) {
                         out.push(Listing {
                             id: decode_segment(stem).unwrap_or_else(|| stem.to_string()),
@@ -363,12 +534,18 @@ impl Backend for JsonlStore {
                     if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
                         continue;
                     }
-                    let header = self.read_header(&path).and_then(|h| self.check_identity(&path, &h).map(|_| h));
+                    let header = self
+                        .read_header(&path)
+                        .and_then(|h| self.check_identity(&path, &h).map(|_| h));
                     let id = match &header {
                         Ok(h) => h.id.clone(),
                         Err(_) => decode_segment(&segment).unwrap_or_else(|| segment.clone()),
                     };
-                    out.push(Listing { id, key: SessionKey::File(path), header });
+                    out.push(Listing {
+                        id,
+                        key: SessionKey::File(path),
+                        header,
+                    });
                 }
             }
         }
@@ -379,7 +556,8 @@ impl Backend for JsonlStore {
         let SessionKey::File(path) = key else {
             return Err(Refusal::Corrupt("not a JSONL session".into()));
         };
-        self.read_header(path).map_err(|why| corrupt(path, format!("corrupt session log: {why}")))
+        self.read_header(path)
+            .map_err(|why| corrupt(path, format!("corrupt session log: {why}")))
     }
 
     fn revision(&self, key: &SessionKey) -> Result<Revision, Refusal> {
@@ -400,15 +578,26 @@ impl Backend for JsonlStore {
     }
 
     fn modified(&self, key: &SessionKey) -> Option<std::time::SystemTime> {
-        let SessionKey::File(path) = key else { return None };
+        let SessionKey::File(path) = key else {
+            return None;
+        };
         std::fs::metadata(path).and_then(|m| m.modified()).ok()
     }
 
-    fn scan(&self, key: &SessionKey, from: &ScanPoint, sink: &mut EventSink) -> Result<(ScanPoint, ScanEnd), Refusal> {
+    fn scan(
+        &self,
+        key: &SessionKey,
+        from: &ScanPoint,
+        sink: &mut EventSink,
+    ) -> Result<(ScanPoint, ScanEnd), Refusal> {
         let SessionKey::File(path) = key else {
             return Err(Refusal::Corrupt("not a JSONL session".into()));
         };
-        if is_zstd(path) { self.scan_zstd(path, from, sink) } else { self.scan_raw(path, from, sink) }
+        if is_zstd(path) {
+            self.scan_zstd(path, from, sink)
+        } else {
+            self.scan_raw(path, from, sink)
+        }
     }
 
     fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal> {
@@ -418,42 +607,82 @@ impl Backend for JsonlStore {
         let line = if is_zstd(path) {
             let plaintext = self.frame_plaintext(path, loc.record)?;
             let start = (loc.within as usize).min(plaintext.len());
-            let end = plaintext[start..].iter().position(|b| *b == b'\n').map_or(plaintext.len(), |n| start + n);
+            let end = plaintext[start..]
+                .iter()
+                .position(|b| *b == b'\n')
+                .map_or(plaintext.len(), |n| start + n);
             plaintext[start..end].to_vec()
         } else {
             let mut file = File::open(path).map_err(|e| io_refusal(path, e))?;
-            file.seek(SeekFrom::Start(loc.record)).map_err(|e| io_refusal(path, e))?;
-            match read_line(&mut BufReader::new(file), MAX_RECORD_BYTES).map_err(|e| io_refusal(path, e))? {
+            file.seek(SeekFrom::Start(loc.record))
+                .map_err(|e| io_refusal(path, e))?;
+            match read_line(&mut BufReader::new(file), MAX_RECORD_BYTES)
+                .map_err(|e| io_refusal(path, e))?
+            {
                 Line::Complete(bytes) => bytes,
-                _ => return Err(corrupt(path, format!("the record at byte {} is gone", loc.record))),
+                _ => {
+                    return Err(corrupt(
+                        path,
+                        format!("the record at byte {} is gone", loc.record),
+                    ));
+                }
             }
         };
-        let events = decode_record(&line).map_err(|_| corrupt(path, format!("the record at byte {} no longer decodes", loc.record)))?;
-        events
-            .into_iter()
-            .nth(loc.member as usize)
-            .ok_or_else(|| corrupt(path, format!("the record at byte {} has no member {}", loc.record, loc.member)))
+        let events = decode_record(&line).map_err(|_| {
+            corrupt(
+                path,
+                format!("the record at byte {} no longer decodes", loc.record),
+            )
+        })?;
+        events.into_iter().nth(loc.member as usize).ok_or_else(|| {
+            corrupt(
+                path,
+                format!(
+                    "the record at byte {} has no member {}",
+                    loc.record, loc.member
+                ),
+            )
+        })
     }
 
     fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> io::Result<SessionKey> {
         if self.contains(&header.id) {
-            return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("session {:?} already exists in the store", header.id)));
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("session {:?} already exists in the store", header.id),
+            ));
         }
         // New sessions take the store's encoding: zstd (the Harness default) unless
         // the root holds only raw logs.
         let listed = self.list();
-        let any_raw = listed.iter().any(|l| matches!(&l.key, SessionKey::File(p) if !is_zstd(p)));
-        let any_zstd = listed.iter().any(|l| matches!(&l.key, SessionKey::File(p) if is_zstd(p)));
+        let any_raw = listed
+            .iter()
+            .any(|l| matches!(&l.key, SessionKey::File(p) if !is_zstd(p)));
+        let any_zstd = listed
+            .iter()
+            .any(|l| matches!(&l.key, SessionKey::File(p) if is_zstd(p)));
         let zstd = any_zstd || !any_raw;
         self.materialise(header, events, zstd).map(SessionKey::File)
     }
 
-    fn repair(&self, key: &SessionKey, keep: &ScanPoint, expected: &Revision, tail: &[JsonMap]) -> io::Result<()> {
+    fn repair(
+        &self,
+        key: &SessionKey,
+        keep: &ScanPoint,
+        expected: &Revision,
+        tail: &[JsonMap],
+    ) -> io::Result<()> {
         let SessionKey::File(path) = key else {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a JSONL session"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a JSONL session",
+            ));
         };
         if self.revision(key).ok().as_ref() != Some(expected) {
-            return Err(io::Error::other(format!("{} changed since it was read; not repairing it", path.display())));
+            return Err(io::Error::other(format!(
+                "{} changed since it was read; not repairing it",
+                path.display()
+            )));
         }
         // Truncate the torn tail, then append like any durable batch: raw lines, or
         // one frame of the records packed as the Harness packs them.
@@ -464,13 +693,21 @@ impl Backend for JsonlStore {
         if tail.is_empty() {
             return Ok(());
         }
-        let records = if is_zstd(path) { pack(tail, usize::MAX) } else { tail.to_vec() };
+        let records = if is_zstd(path) {
+            pack(tail, usize::MAX)
+        } else {
+            tail.to_vec()
+        };
         let mut batch = Vec::new();
         for record in &records {
             serde_json::to_writer(&mut batch, record).map_err(io::Error::other)?;
             batch.push(b'\n');
         }
-        let bytes = if is_zstd(path) { encode_frame(&batch)? } else { batch };
+        let bytes = if is_zstd(path) {
+            encode_frame(&batch)?
+        } else {
+            batch
+        };
         append_durably(path, &bytes)
     }
 
@@ -498,13 +735,21 @@ fn read_line(reader: &mut impl BufRead, limit: usize) -> io::Result<Line> {
     loop {
         let buffer = reader.fill_buf()?;
         if buffer.is_empty() {
-            return Ok(if line.is_empty() { Line::End } else { Line::Partial });
+            return Ok(if line.is_empty() {
+                Line::End
+            } else {
+                Line::Partial
+            });
         }
         match buffer.iter().position(|b| *b == b'\n') {
             Some(newline) => {
                 line.extend_from_slice(&buffer[..newline]);
                 reader.consume(newline + 1);
-                return Ok(if line.len() > limit { Line::TooLong } else { Line::Complete(line) });
+                return Ok(if line.len() > limit {
+                    Line::TooLong
+                } else {
+                    Line::Complete(line)
+                });
             }
             None => {
                 let len = buffer.len();
@@ -520,7 +765,12 @@ fn read_line(reader: &mut impl BufRead, limit: usize) -> io::Result<Line> {
 
 fn read_raw_header(path: &Path) -> Result<Vec<u8>, String> {
     let file = File::open(path).map_err(|e| format!("cannot read: {e}"))?;
-    match read_line(&mut BufReader::with_capacity(8 << 10, file), MAX_HEADER_BYTES).map_err(|e| format!("cannot read: {e}"))? {
+    match read_line(
+        &mut BufReader::with_capacity(8 << 10, file),
+        MAX_HEADER_BYTES,
+    )
+    .map_err(|e| format!("cannot read: {e}"))?
+    {
         Line::Complete(line) => Ok(line),
         Line::TooLong => Err("first line is longer than a header line can be".into()),
         _ => Err("empty or header-less session log (no complete first line yet)".into()),
@@ -535,10 +785,16 @@ fn read_zstd_header(path: &Path) -> Result<Vec<u8>, String> {
     loop {
         match scan_frame(&bytes) {
             FrameScan::Complete(len) => return decode_header_frame(&bytes[..len]),
-            FrameScan::Corrupt(why) => return Err(format!("first frame is not a zstd frame: {why}")),
-            FrameScan::Torn if bytes.len() > MAX_HEADER_BYTES => return Err("first frame is larger than a header frame can be".into()),
+            FrameScan::Corrupt(why) => {
+                return Err(format!("first frame is not a zstd frame: {why}"));
+            }
+            FrameScan::Torn if bytes.len() > MAX_HEADER_BYTES => {
+                return Err("first frame is larger than a header frame can be".into());
+            }
             FrameScan::Torn => {
-                let n = file.read(&mut chunk).map_err(|e| format!("cannot read: {e}"))?;
+                let n = file
+                    .read(&mut chunk)
+                    .map_err(|e| format!("cannot read: {e}"))?;
                 if n == 0 {
                     return Err("empty or header-less Zstandard session log (the first frame is incomplete)".into());
                 }
@@ -550,9 +806,13 @@ fn read_zstd_header(path: &Path) -> Result<Vec<u8>, String> {
 
 /// Frame 0 holds exactly the header line and its newline.
 fn decode_header_frame(frame: &[u8]) -> Result<Vec<u8>, String> {
-    let mut plaintext = decode_frame(frame).map_err(|_| "corrupt Zstandard session log: frame at byte 0 failed validation".to_string())?;
+    let mut plaintext = decode_frame(frame).map_err(|_| {
+        "corrupt Zstandard session log: frame at byte 0 failed validation".to_string()
+    })?;
     if plaintext.last() != Some(&b'\n') || plaintext.iter().filter(|b| **b == b'\n').count() != 1 {
-        return Err("corrupt Zstandard session log: first frame is not exactly one header line".into());
+        return Err(
+            "corrupt Zstandard session log: first frame is not exactly one header line".into(),
+        );
     }
     plaintext.pop();
     Ok(plaintext)
@@ -566,15 +826,19 @@ fn append_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let written = file.write_all(bytes).and_then(|_| file.sync_all());
     if let Err(error) = written {
         drop(file);
-        let rollback = OpenOptions::new().write(true).open(path).and_then(|f| f.set_len(prior).and_then(|_| f.sync_all()));
+        let rollback = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|f| f.set_len(prior).and_then(|_| f.sync_all()));
         return Err(match rollback {
             Ok(()) => error,
-            Err(also) => io::Error::other(format!("{error}; rolling back to {prior} bytes also failed: {also}")),
+            Err(also) => io::Error::other(format!(
+                "{error}; rolling back to {prior} bytes also failed: {also}"
+            )),
         });
     }
     Ok(())
 }
-
 
 /// `mkdir` with mode 0700, then fsync the parent so the new entry is durable.
 fn make_private_dir(dir: &Path, parent: &Path) -> io::Result<()> {
@@ -585,15 +849,23 @@ fn make_private_dir(dir: &Path, parent: &Path) -> io::Result<()> {
     }
 }
 
-
 /// Lowercase hex from the kernel's random source.
 pub fn random_hex(chars: usize) -> String {
     let mut bytes = vec![0u8; chars.div_ceil(2)];
-    if File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).is_err() {
+    if File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_err()
+    {
         // Fall back to time and pid: unique enough for a temp file name.
-        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos()
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
             ^ u128::from(std::process::id());
-        bytes.iter_mut().enumerate().for_each(|(i, b)| *b = (seed >> ((i % 16) * 8)) as u8);
+        bytes
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = (seed >> ((i % 16) * 8)) as u8);
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()[..chars].to_string()
 }

@@ -8,7 +8,9 @@ use std::sync::RwLock;
 use crate::json::JsonMap;
 use crate::model::Refusal;
 use crate::model::header::SessionHeader;
-use crate::store::{Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey};
+use crate::store::{
+    Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey,
+};
 
 #[derive(Default)]
 pub struct MemoryStore {
@@ -22,15 +24,24 @@ impl MemoryStore {
     }
 
     pub fn remove(&self, id: &str) {
-        self.sessions.write().unwrap_or_else(|p| p.into_inner()).remove(id);
+        self.sessions
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
     }
 
-    fn with<T>(&self, key: &SessionKey, f: impl FnOnce(&SessionHeader, &[JsonMap]) -> T) -> Result<T, Refusal> {
+    fn with<T>(
+        &self,
+        key: &SessionKey,
+        f: impl FnOnce(&SessionHeader, &[JsonMap]) -> T,
+    ) -> Result<T, Refusal> {
         let SessionKey::Row(id) = key else {
             return Err(Refusal::Corrupt("not a pending session".into()));
         };
         let sessions = self.sessions.read().unwrap_or_else(|p| p.into_inner());
-        let (header, events) = sessions.get(id).ok_or_else(|| Refusal::Corrupt(format!("pending session {id:?} is gone")))?;
+        let (header, events) = sessions
+            .get(id)
+            .ok_or_else(|| Refusal::Corrupt(format!("pending session {id:?} is gone")))?;
         Ok(f(header, events))
     }
 }
@@ -44,7 +55,11 @@ impl Backend for MemoryStore {
         let sessions = self.sessions.read().unwrap_or_else(|p| p.into_inner());
         sessions
             .iter()
-            .map(|(id, (header, _))| Listing { id: id.clone(), key: SessionKey::Row(id.clone()), header: Ok(header.clone()) })
+            .map(|(id, (header, _))| Listing {
+                id: id.clone(),
+                key: SessionKey::Row(id.clone()),
+                header: Ok(header.clone()),
+            })
             .collect()
     }
 
@@ -53,16 +68,37 @@ impl Backend for MemoryStore {
     }
 
     fn revision(&self, key: &SessionKey) -> Result<Revision, Refusal> {
-        self.with(key, |_, events| Revision(format!("memory:{}", events.len())))
+        self.with(key, |_, events| {
+            Revision(format!("memory:{}", events.len()))
+        })
     }
 
-    fn scan(&self, key: &SessionKey, from: &ScanPoint, sink: &mut EventSink) -> Result<(ScanPoint, ScanEnd), Refusal> {
+    fn scan(
+        &self,
+        key: &SessionKey,
+        from: &ScanPoint,
+        sink: &mut EventSink,
+    ) -> Result<(ScanPoint, ScanEnd), Refusal> {
         let events = self.with(key, |_, events| events.to_vec())?;
         for (seq, event) in events.into_iter().enumerate().skip(from.events as usize) {
-            sink(EventLoc { record: seq as u64, within: 0, member: 0 }, event)?;
+            sink(
+                EventLoc {
+                    record: seq as u64,
+                    within: 0,
+                    member: 0,
+                },
+                event,
+            )?;
         }
         let count = self.with(key, |_, events| events.len() as u64)?;
-        Ok((ScanPoint { events: count, offset: count, ..ScanPoint::default() }, ScanEnd::Complete))
+        Ok((
+            ScanPoint {
+                events: count,
+                offset: count,
+                ..ScanPoint::default()
+            },
+            ScanEnd::Complete,
+        ))
     }
 
     fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal> {
@@ -76,10 +112,22 @@ impl Backend for MemoryStore {
     }
 
     fn contains(&self, id: &str) -> bool {
-        self.sessions.read().unwrap_or_else(|p| p.into_inner()).contains_key(id)
+        self.sessions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(id)
     }
 
-    fn repair(&self, _key: &SessionKey, _keep: &ScanPoint, _expected: &Revision, _tail: &[JsonMap]) -> std::io::Result<()> {
-        Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "a pending session is complete; it needs no repair"))
+    fn repair(
+        &self,
+        _key: &SessionKey,
+        _keep: &ScanPoint,
+        _expected: &Revision,
+        _tail: &[JsonMap],
+    ) -> std::io::Result<()> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "a pending session is complete; it needs no repair",
+        ))
     }
 }

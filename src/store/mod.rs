@@ -130,7 +130,12 @@ pub trait Backend: Send + Sync {
 
     /// Scans stored events from `from` on, handing each to `sink`, and returns
     /// where it stopped. Corrupt committed data or an unreadable format is a refusal.
-    fn scan(&self, key: &SessionKey, from: &ScanPoint, sink: &mut EventSink) -> Result<(ScanPoint, ScanEnd), Refusal>;
+    fn scan(
+        &self,
+        key: &SessionKey,
+        from: &ScanPoint,
+        sink: &mut EventSink,
+    ) -> Result<(ScanPoint, ScanEnd), Refusal>;
 
     /// Reads one stored event again.
     fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal>;
@@ -147,18 +152,28 @@ pub trait Backend: Send + Sync {
     /// dropped and `tail` (events recovered from it, then the closers) is
     /// appended in the store's encoding. Refused when the session changed since
     /// `expected` was read.
-    fn repair(&self, key: &SessionKey, keep: &ScanPoint, expected: &Revision, tail: &[JsonMap]) -> std::io::Result<()>;
+    fn repair(
+        &self,
+        key: &SessionKey,
+        keep: &ScanPoint,
+        expected: &Revision,
+        tail: &[JsonMap],
+    ) -> std::io::Result<()>;
 }
 
 /// Opens a store, detecting its kind: a directory of JSONL sessions (raw, zstd or
 /// both), or an SQLite database file.
 pub fn open(path: &Path) -> Result<Box<dyn Backend>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot open store {}: {e}", path.display()))?;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("cannot open store {}: {e}", path.display()))?;
     if meta.is_dir() {
         return Ok(Box::new(jsonl::JsonlStore::open(path)?));
     }
     if meta.is_file() {
         return Ok(Box::new(sqlite::SqliteStore::open(path)?));
     }
-    Err(format!("store {} is neither a directory of JSONL sessions nor an SQLite file", path.display()))
+    Err(format!(
+        "store {} is neither a directory of JSONL sessions nor an SQLite file",
+        path.display()
+    ))
 }

@@ -15,7 +15,10 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use rusqlite::types::{ToSqlOutput, Value as SqlValue, ValueRef};
-use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, ToSql, Transaction, TransactionBehavior, params};
+use rusqlite::{
+    Connection, ErrorCode, OpenFlags, OptionalExtension, ToSql, Transaction, TransactionBehavior,
+    params,
+};
 use serde_json::{Map, Value};
 
 use super::tail::{Decoded, TailScanner};
@@ -51,8 +54,7 @@ const EVENTS_14_SQL: &str = "CREATE TABLE events ( session_id TEXT NOT NULL REFE
 const PERSISTENCE_STATE_SQL: &str = "CREATE TABLE persistence_state ( singleton INTEGER PRIMARY KEY CHECK (singleton = 1), store_id TEXT NOT NULL ) STRICT";
 const SESSIONS_SQL: &str = "CREATE TABLE sessions ( id TEXT PRIMARY KEY, version INTEGER NOT NULL, created_at INTEGER NOT NULL, cwd TEXT, parent_session TEXT, seed_length INTEGER, origin TEXT, delegation_depth INTEGER, agent_preset TEXT, incarnation TEXT NOT NULL, revision INTEGER NOT NULL ) STRICT";
 
-const USER_SCHEMA: &str =
-    "SELECT type, name, tbl_name, sql FROM sqlite_schema WHERE name NOT GLOB 'sqlite_*' ORDER BY type, name";
+const USER_SCHEMA: &str = "SELECT type, name, tbl_name, sql FROM sqlite_schema WHERE name NOT GLOB 'sqlite_*' ORDER BY type, name";
 
 const LIST_SESSIONS: &str = "SELECT id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, incarnation, revision FROM sessions";
 const SESSION_BY_ID: &str = "SELECT id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, incarnation, revision FROM sessions WHERE id = ?1";
@@ -64,8 +66,7 @@ const INSERT_SESSION: &str = "INSERT INTO sessions (id, version, created_at, cwd
 const ROWS_FROM_17: &str = "SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable FROM events WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq";
 const ROWS_FROM_14: &str = "SELECT seq, type, time, data, source_event_seqs, surface_op, NULL FROM events WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq";
 const ROW_AT_17: &str = "SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable FROM events WHERE session_id = ?1 AND seq = ?2";
-const ROW_AT_14: &str =
-    "SELECT seq, type, time, data, source_event_seqs, surface_op, NULL FROM events WHERE session_id = ?1 AND seq = ?2";
+const ROW_AT_14: &str = "SELECT seq, type, time, data, source_event_seqs, surface_op, NULL FROM events WHERE session_id = ?1 AND seq = ?2";
 const INSERT_EVENT_17: &str = "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 const INSERT_EVENT_14: &str = "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 
@@ -98,7 +99,11 @@ impl Schema {
             Schema::V14 => EVENTS_14_SQL,
             Schema::V17 => EVENTS_17_SQL,
         };
-        [("events", events), ("persistence_state", PERSISTENCE_STATE_SQL), ("sessions", SESSIONS_SQL)]
+        [
+            ("events", events),
+            ("persistence_state", PERSISTENCE_STATE_SQL),
+            ("sessions", SESSIONS_SQL),
+        ]
     }
 
     fn rows_from_sql(self) -> &'static str {
@@ -139,17 +144,31 @@ impl SqliteStore {
     /// of a schema sessionfs reads (spec §11.1, §11.7). Nothing is written.
     pub fn open(path: &Path) -> Result<SqliteStore, String> {
         let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-        let unreadable = |e: rusqlite::Error| format!("cannot read session database at \"{}\": {e}", path.display());
+        let unreadable = |e: rusqlite::Error| {
+            format!(
+                "cannot read session database at \"{}\": {e}",
+                path.display()
+            )
+        };
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let reader = Connection::open_with_flags(&path, flags).map_err(unreadable)?;
         reader.busy_timeout(BUSY_TIMEOUT).map_err(unreadable)?;
-        reader.execute_batch("PRAGMA trusted_schema = OFF").map_err(unreadable)?;
+        reader
+            .execute_batch("PRAGMA trusted_schema = OFF")
+            .map_err(unreadable)?;
         let schema = check_identity(&reader, &path)?;
-        Ok(SqliteStore { path, schema, reader: Mutex::new(reader) })
+        Ok(SqliteStore {
+            path,
+            schema,
+            reader: Mutex::new(reader),
+        })
     }
 
     /// Runs `query` inside one short read transaction on the shared connection.
-    fn read<T>(&self, query: impl FnOnce(&Transaction) -> rusqlite::Result<T>) -> Result<T, Refusal> {
+    fn read<T>(
+        &self,
+        query: impl FnOnce(&Transaction) -> rusqlite::Result<T>,
+    ) -> Result<T, Refusal> {
         let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
         let transaction = reader.transaction().map_err(|e| self.unreadable(e))?;
         let result = query(&transaction).map_err(|e| self.unreadable(e))?;
@@ -158,16 +177,26 @@ impl SqliteStore {
     }
 
     fn unreadable(&self, error: rusqlite::Error) -> Refusal {
-        Refusal::Corrupt(format!("cannot read session database at \"{}\": {error}", self.path.display()))
+        Refusal::Corrupt(format!(
+            "cannot read session database at \"{}\": {error}",
+            self.path.display()
+        ))
     }
 
     fn gone(&self, id: &str) -> Refusal {
-        Refusal::Corrupt(format!("session {id:?} no longer exists in session database at \"{}\"", self.path.display()))
+        Refusal::Corrupt(format!(
+            "session {id:?} no longer exists in session database at \"{}\"",
+            self.path.display()
+        ))
     }
 
     fn session_row(&self, id: &str) -> Result<SessionRow, Refusal> {
-        self.read(|tx| tx.prepare_cached(SESSION_BY_ID)?.query_row([id], SessionRow::read).optional())?
-            .ok_or_else(|| self.gone(id))
+        self.read(|tx| {
+            tx.prepare_cached(SESSION_BY_ID)?
+                .query_row([id], SessionRow::read)
+                .optional()
+        })?
+        .ok_or_else(|| self.gone(id))
     }
 
     /// A read-write connection for one write; the journal mode is the Harness's
@@ -178,7 +207,9 @@ impl SqliteStore {
         let writer = Connection::open_with_flags(&self.path, flags).map_err(failed)?;
         writer.busy_timeout(BUSY_TIMEOUT).map_err(failed)?;
         writer
-            .execute_batch("PRAGMA trusted_schema = OFF; PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
+            .execute_batch(
+                "PRAGMA trusted_schema = OFF; PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;",
+            )
             .map_err(failed)?;
         Ok(writer)
     }
@@ -186,8 +217,9 @@ impl SqliteStore {
     /// `BEGIN IMMEDIATE`, then the identity checks the Harness repeats inside every
     /// write transaction (spec §11.1).
     fn write_transaction<'a>(&self, writer: &'a mut Connection) -> io::Result<Transaction<'a>> {
-        let transaction =
-            writer.transaction_with_behavior(TransactionBehavior::Immediate).map_err(|e| write_error(&self.path, e))?;
+        let transaction = writer
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| write_error(&self.path, e))?;
         let schema = check_identity(&transaction, &self.path).map_err(io::Error::other)?;
         if schema != self.schema {
             return Err(io::Error::other(format!(
@@ -200,7 +232,12 @@ impl SqliteStore {
         Ok(transaction)
     }
 
-    fn insert_rows(&self, transaction: &Transaction, id: &str, rows: &[NewEventRow]) -> io::Result<()> {
+    fn insert_rows(
+        &self,
+        transaction: &Transaction,
+        id: &str,
+        rows: &[NewEventRow],
+    ) -> io::Result<()> {
         let failed = |e: rusqlite::Error| write_error(&self.path, e);
         let insert = match self.schema {
             Schema::V14 => INSERT_EVENT_14,
@@ -211,8 +248,25 @@ impl SqliteStore {
             let data = &row.data;
             let (seqs, op) = (&row.source_event_seqs, &row.surface_op);
             match self.schema {
-                Schema::V14 => insert.execute(params![id, row.seq, row.event_type, row.time, data, seqs, op]),
-                Schema::V17 => insert.execute(params![id, row.seq, row.event_type, row.time, data, seqs, op, row.ignorable]),
+                Schema::V14 => insert.execute(params![
+                    id,
+                    row.seq,
+                    row.event_type,
+                    row.time,
+                    data,
+                    seqs,
+                    op
+                ]),
+                Schema::V17 => insert.execute(params![
+                    id,
+                    row.seq,
+                    row.event_type,
+                    row.time,
+                    data,
+                    seqs,
+                    op,
+                    row.ignorable
+                ]),
             }
             .map_err(failed)?;
         }
@@ -224,7 +278,11 @@ impl SqliteStore {
         match row.decode(self.schema) {
             Ok(events) => Decoded::Events(events),
             Err(reason) => {
-                log::debug!("{}: row at seq {} does not decode: {reason}", self.path.display(), row.seq);
+                log::debug!(
+                    "{}: row at seq {} does not decode: {reason}",
+                    self.path.display(),
+                    row.seq
+                );
                 Decoded::Bad(self.schema.bad_row_message(row.seq))
             }
         }
@@ -232,9 +290,14 @@ impl SqliteStore {
 
     /// Builds the rows of a new session, validating everything that would make
     /// it unreadable before the database is touched.
-    fn encode_session(&self, header: &SessionHeader, events: &[JsonMap]) -> io::Result<(SessionRow, Vec<NewEventRow>)> {
-        let session = SessionRow::for_new_session(header, random_uuid_v4()?)
-            .map_err(|reason| invalid_input(format!("cannot store the session header: {reason}")))?;
+    fn encode_session(
+        &self,
+        header: &SessionHeader,
+        events: &[JsonMap],
+    ) -> io::Result<(SessionRow, Vec<NewEventRow>)> {
+        let session = SessionRow::for_new_session(header, random_uuid_v4()?).map_err(|reason| {
+            invalid_input(format!("cannot store the session header: {reason}"))
+        })?;
         for (index, event) in events.iter().enumerate() {
             let seq = check_envelope(event).map_err(invalid_input)?;
             if seq != index as u64 {
@@ -243,7 +306,9 @@ impl SqliteStore {
                 )));
             }
             if event.get("type").and_then(Value::as_str) == Some("") {
-                return Err(invalid_input(format!("event {seq} has an empty type, which SQLite rows cannot hold")));
+                return Err(invalid_input(format!(
+                    "event {seq} has an empty type, which SQLite rows cannot hold"
+                )));
             }
             if self.schema == Schema::V14 && event.contains_key("ignorable") {
                 return Err(invalid_input(format!(
@@ -252,8 +317,14 @@ impl SqliteStore {
             }
         }
         let rows = match self.schema {
-            Schema::V14 => events.iter().map(NewEventRow::scalar_v14).collect::<io::Result<_>>()?,
-            Schema::V17 => pack_rows(events).iter().map(NewEventRow::v17).collect::<io::Result<_>>()?,
+            Schema::V14 => events
+                .iter()
+                .map(NewEventRow::scalar_v14)
+                .collect::<io::Result<_>>()?,
+            Schema::V17 => pack_rows(events)
+                .iter()
+                .map(NewEventRow::v17)
+                .collect::<io::Result<_>>()?,
         };
         Ok((session, rows))
     }
@@ -261,11 +332,19 @@ impl SqliteStore {
 
 impl Backend for SqliteStore {
     fn describe(&self) -> String {
-        format!("sqlite schema {} database {}", self.schema.number(), self.path.display())
+        format!(
+            "sqlite schema {} database {}",
+            self.schema.number(),
+            self.path.display()
+        )
     }
 
     fn list(&self) -> Vec<Listing> {
-        let rows = self.read(|tx| tx.prepare_cached(LIST_SESSIONS)?.query_map([], SessionRow::read)?.collect());
+        let rows = self.read(|tx| {
+            tx.prepare_cached(LIST_SESSIONS)?
+                .query_map([], SessionRow::read)?
+                .collect()
+        });
         let rows: Vec<SessionRow> = match rows {
             Ok(rows) => rows,
             Err(refusal) => {
@@ -277,31 +356,48 @@ impl Backend for SqliteStore {
             .filter_map(|row| {
                 let Cell::Text(id) = &row.id else {
                     // Without a text id the row cannot be looked up again.
-                    log::warn!("{}: skipping a sessions row whose id is {}", self.path.display(), row.id.type_name());
+                    log::warn!(
+                        "{}: skipping a sessions row whose id is {}",
+                        self.path.display(),
+                        row.id.type_name()
+                    );
                     return None;
                 };
-                Some(Listing { id: id.clone(), key: SessionKey::Row(id.clone()), header: row.header() })
+                Some(Listing {
+                    id: id.clone(),
+                    key: SessionKey::Row(id.clone()),
+                    header: row.header(),
+                })
             })
             .collect()
     }
 
     fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal> {
         let id = row_id(key)?;
-        self.session_row(id)?.header().map_err(|reason| Refusal::Corrupt(format!("session {id:?}: {reason}")))
+        self.session_row(id)?
+            .header()
+            .map_err(|reason| Refusal::Corrupt(format!("session {id:?}: {reason}")))
     }
 
     fn revision(&self, key: &SessionKey) -> Result<Revision, Refusal> {
         let id = row_id(key)?;
         let row = self.session_row(id)?;
         match (&row.incarnation, row.revision.safe_integer()) {
-            (Cell::Text(incarnation), Some(revision)) => Ok(Revision(format!("{incarnation}:{revision}"))),
+            (Cell::Text(incarnation), Some(revision)) => {
+                Ok(Revision(format!("{incarnation}:{revision}")))
+            }
             _ => Err(Refusal::Corrupt(format!(
                 "session {id:?}: malformed sessions row: incarnation or revision is invalid"
             ))),
         }
     }
 
-    fn scan(&self, key: &SessionKey, from: &ScanPoint, sink: &mut EventSink) -> Result<(ScanPoint, ScanEnd), Refusal> {
+    fn scan(
+        &self,
+        key: &SessionKey,
+        from: &ScanPoint,
+        sink: &mut EventSink,
+    ) -> Result<(ScanPoint, ScanEnd), Refusal> {
         let id = row_id(key)?;
         let first_row = i64::try_from(from.offset).unwrap_or(i64::MAX);
         // The session row and its event rows are read in one transaction, and the
@@ -311,8 +407,9 @@ impl Backend for SqliteStore {
                 return Ok(None);
             }
             let mut select = tx.prepare_cached(self.schema.rows_from_sql())?;
-            let rows =
-                select.query_map(params![id, first_row], PhysicalRow::read)?.collect::<rusqlite::Result<Vec<_>>>()?;
+            let rows = select
+                .query_map(params![id, first_row], PhysicalRow::read)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
             Ok(Some(rows))
         })?;
         let rows = rows.ok_or_else(|| self.gone(id))?;
@@ -330,7 +427,14 @@ impl Backend for SqliteStore {
             match scanner.feed(self.decode_for_scan(row), gap)? {
                 Some(events) => {
                     for (member, event) in (0u32..).zip(events) {
-                        sink(EventLoc { record: row.seq, within: 0, member }, event)?;
+                        sink(
+                            EventLoc {
+                                record: row.seq,
+                                within: 0,
+                                member,
+                            },
+                            event,
+                        )?;
                     }
                 }
                 None => {
@@ -340,12 +444,25 @@ impl Backend for SqliteStore {
         }
         let events = scanner.next_seq();
         Ok(match first_torn_row {
-            None => (ScanPoint { events, offset: events, ..ScanPoint::default() }, ScanEnd::Complete),
+            None => (
+                ScanPoint {
+                    events,
+                    offset: events,
+                    ..ScanPoint::default()
+                },
+                ScanEnd::Complete,
+            ),
             // The next scan re-reads the torn row, and any rows a repair puts
             // before it (a gap leaves the torn row after the next expected seq).
             Some(torn) => (
-                ScanPoint { events, offset: torn.min(events), ..ScanPoint::default() },
-                ScanEnd::Torn { at: format!("seq {torn}") },
+                ScanPoint {
+                    events,
+                    offset: torn.min(events),
+                    ..ScanPoint::default()
+                },
+                ScanEnd::Torn {
+                    at: format!("seq {torn}"),
+                },
             ),
         })
     }
@@ -354,15 +471,33 @@ impl Backend for SqliteStore {
         let id = row_id(key)?;
         let record = i64::try_from(loc.record).unwrap_or(i64::MAX);
         let row = self.read(|tx| {
-            tx.prepare_cached(self.schema.row_at_sql())?.query_row(params![id, record], PhysicalRow::read).optional()
+            tx.prepare_cached(self.schema.row_at_sql())?
+                .query_row(params![id, record], PhysicalRow::read)
+                .optional()
         })?;
-        let missing = || Refusal::Corrupt(format!("session {id:?} no longer has an event at seq {}", loc.record));
+        let missing = || {
+            Refusal::Corrupt(format!(
+                "session {id:?} no longer has an event at seq {}",
+                loc.record
+            ))
+        };
         let row = row.ok_or_else(missing)?;
-        let events = row.decode(self.schema).map_err(|_| Refusal::Corrupt(self.schema.bad_row_message(row.seq)))?;
-        events.into_iter().nth(loc.member as usize).ok_or_else(missing)
+        let events = row
+            .decode(self.schema)
+            .map_err(|_| Refusal::Corrupt(self.schema.bad_row_message(row.seq)))?;
+        events
+            .into_iter()
+            .nth(loc.member as usize)
+            .ok_or_else(missing)
     }
 
-    fn repair(&self, key: &SessionKey, keep: &ScanPoint, expected: &Revision, tail: &[JsonMap]) -> io::Result<()> {
+    fn repair(
+        &self,
+        key: &SessionKey,
+        keep: &ScanPoint,
+        expected: &Revision,
+        tail: &[JsonMap],
+    ) -> io::Result<()> {
         let id = row_id(key).map_err(|r| invalid_input(r.message()))?;
         // Closers are inserted as scalar rows (spec §11.5, "Repair").
         let rows = tail
@@ -379,17 +514,34 @@ impl Backend for SqliteStore {
             .prepare_cached(SESSION_BY_ID)
             .and_then(|mut s| s.query_row([id], SessionRow::read).optional())
             .map_err(failed)?;
-        let current = current.and_then(|row| match (&row.incarnation, row.revision.safe_integer()) {
-            (Cell::Text(incarnation), Some(revision)) => Some(Revision(format!("{incarnation}:{revision}"))),
-            _ => None,
-        });
+        let current =
+            current.and_then(
+                |row| match (&row.incarnation, row.revision.safe_integer()) {
+                    (Cell::Text(incarnation), Some(revision)) => {
+                        Some(Revision(format!("{incarnation}:{revision}")))
+                    }
+                    _ => None,
+                },
+            );
         if current.as_ref() != Some(expected) {
-            return Err(io::Error::other(format!("session {id:?} changed since it was read; not repairing it")));
+            return Err(io::Error::other(format!(
+                "session {id:?} changed since it was read; not repairing it"
+            )));
         }
         let first_dropped = i64::try_from(keep.offset).unwrap_or(i64::MAX);
-        transaction.execute("DELETE FROM events WHERE session_id = ?1 AND seq >= ?2", params![id, first_dropped]).map_err(failed)?;
+        transaction
+            .execute(
+                "DELETE FROM events WHERE session_id = ?1 AND seq >= ?2",
+                params![id, first_dropped],
+            )
+            .map_err(failed)?;
         self.insert_rows(&transaction, id, &rows)?;
-        transaction.execute("UPDATE sessions SET revision = revision + 1 WHERE id = ?1", [id]).map_err(failed)?;
+        transaction
+            .execute(
+                "UPDATE sessions SET revision = revision + 1 WHERE id = ?1",
+                [id],
+            )
+            .map_err(failed)?;
         transaction.commit().map_err(failed)
     }
 
@@ -401,10 +553,16 @@ impl Backend for SqliteStore {
         if session_exists(&transaction, &header.id).map_err(failed)? {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
-                format!("session {:?} already exists in session database at \"{}\"", header.id, self.path.display()),
+                format!(
+                    "session {:?} already exists in session database at \"{}\"",
+                    header.id,
+                    self.path.display()
+                ),
             ));
         }
-        transaction.execute(INSERT_SESSION, session.cells()).map_err(failed)?;
+        transaction
+            .execute(INSERT_SESSION, session.cells())
+            .map_err(failed)?;
         self.insert_rows(&transaction, &header.id, &rows)?;
         transaction.commit().map_err(failed)?;
         Ok(SessionKey::Row(header.id.clone()))
@@ -413,38 +571,51 @@ impl Backend for SqliteStore {
     fn contains(&self, id: &str) -> bool {
         // On a read error the answer is "no": create() checks again inside its
         // write transaction, so a wrong answer cannot overwrite a session.
-        self.read(|tx| session_exists(tx, id)).unwrap_or_else(|refusal| {
-            log::warn!("cannot look up session {id:?}: {refusal}");
-            false
-        })
+        self.read(|tx| session_exists(tx, id))
+            .unwrap_or_else(|refusal| {
+                log::warn!("cannot look up session {id:?}: {refusal}");
+                false
+            })
     }
 }
 
 fn row_id(key: &SessionKey) -> Result<&str, Refusal> {
     match key {
         SessionKey::Row(id) => Ok(id),
-        SessionKey::File(_) => Err(Refusal::Corrupt(format!("{} is not a session of an SQLite store", key.describe()))),
+        SessionKey::File(_) => Err(Refusal::Corrupt(format!(
+            "{} is not a session of an SQLite store",
+            key.describe()
+        ))),
     }
 }
 
 fn session_exists(connection: &Connection, id: &str) -> rusqlite::Result<bool> {
-    connection.prepare_cached(SESSION_EXISTS)?.query_row([id], |row| row.get(0))
+    connection
+        .prepare_cached(SESSION_EXISTS)?
+        .query_row([id], |row| row.get(0))
 }
 
 /// Checks the application id, the schema version and the table definitions
 /// (spec §11.1), and returns the row layout they select.
 fn check_identity(connection: &Connection, path: &Path) -> Result<Schema, String> {
-    let unreadable = |e: rusqlite::Error| format!("cannot read session database at \"{}\": {e}", path.display());
-    let application_id: i64 =
-        connection.pragma_query_value(None, "application_id", |row| row.get(0)).map_err(unreadable)?;
+    let unreadable = |e: rusqlite::Error| {
+        format!(
+            "cannot read session database at \"{}\": {e}",
+            path.display()
+        )
+    };
+    let application_id: i64 = connection
+        .pragma_query_value(None, "application_id", |row| row.get(0))
+        .map_err(unreadable)?;
     if application_id != APPLICATION_ID {
         return Err(format!(
             "\"{}\" is not a DeepSeek Harness session database (application_id {application_id}, expected {APPLICATION_ID})",
             path.display()
         ));
     }
-    let user_version: i64 =
-        connection.pragma_query_value(None, "user_version", |row| row.get(0)).map_err(unreadable)?;
+    let user_version: i64 = connection
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(unreadable)?;
     let schema = Schema::from_user_version(user_version).ok_or_else(|| {
         format!(
             "session database at \"{}\" has schema version {user_version}; sessionfs reads 14 and 17",
@@ -476,7 +647,9 @@ fn check_identity(connection: &Connection, path: &Path) -> Result<Schema, String
             return Err(mismatch(format!("unexpected {kind} {name}")));
         };
         if kind != "table" || name != expected_name || table != expected_name {
-            return Err(mismatch(format!("expected table {expected_name}, found {kind} {name}")));
+            return Err(mismatch(format!(
+                "expected table {expected_name}, found {kind} {name}"
+            )));
         }
         if sql.as_deref().map(collapse_whitespace).as_deref() != Some(*expected_sql) {
             return Err(mismatch(format!("table {name} is defined differently")));
@@ -501,7 +674,13 @@ fn write_error(path: &Path, error: rusqlite::Error) -> io::Error {
         Some(ErrorCode::ReadOnly | ErrorCode::PermissionDenied) => io::ErrorKind::PermissionDenied,
         _ => io::ErrorKind::Other,
     };
-    io::Error::new(kind, format!("cannot write session database at \"{}\": {error}", path.display()))
+    io::Error::new(
+        kind,
+        format!(
+            "cannot write session database at \"{}\": {error}",
+            path.display()
+        ),
+    )
 }
 
 /// A fresh lowercase UUID v4, as the Harness uses for `incarnation`.
@@ -511,7 +690,14 @@ fn random_uuid_v4() -> io::Result<String> {
     bytes[6] = (bytes[6] & 0x0f) | 0x40;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]))
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    ))
 }
 
 /// `^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, any case.
@@ -570,7 +756,10 @@ impl Cell {
         match self {
             Cell::Null => Ok(None),
             Cell::Text(text) => Ok(Some(text.clone())),
-            other => Err(format!("malformed sessions row: {column} is {}, not NULL or TEXT", other.type_name())),
+            other => Err(format!(
+                "malformed sessions row: {column} is {}, not NULL or TEXT",
+                other.type_name()
+            )),
         }
     }
 
@@ -579,7 +768,9 @@ impl Cell {
             Cell::Null => Ok(None),
             _ => match self.safe_integer().and_then(|i| u64::try_from(i).ok()) {
                 Some(count) => Ok(Some(count)),
-                None => Err(format!("malformed sessions row: {column} is not NULL or a non-negative safe integer")),
+                None => Err(format!(
+                    "malformed sessions row: {column} is not NULL or a non-negative safe integer"
+                )),
             },
         }
     }
@@ -591,9 +782,9 @@ impl Cell {
     fn count_or_null(value: Option<u64>, column: &str) -> Result<Cell, String> {
         match value {
             None => Ok(Cell::Null),
-            Some(count) => {
-                i64::try_from(count).map(Cell::Integer).map_err(|_| format!("{column} {count} is too large"))
-            }
+            Some(count) => i64::try_from(count)
+                .map(Cell::Integer)
+                .map_err(|_| format!("{column} {count} is too large")),
         }
     }
 }
@@ -648,7 +839,9 @@ impl SessionRow {
     fn for_new_session(header: &SessionHeader, incarnation: String) -> Result<SessionRow, String> {
         let row = SessionRow {
             id: Cell::Text(header.id.clone()),
-            version: safe_integer(&header.version).map(Cell::Integer).ok_or("version is not a safe integer")?,
+            version: safe_integer(&header.version)
+                .map(Cell::Integer)
+                .ok_or("version is not a safe integer")?,
             created_at: Cell::Integer(header.created_at),
             cwd: Cell::text_or_null(&header.cwd),
             parent_session: Cell::text_or_null(&header.parent_session),
@@ -685,7 +878,10 @@ impl SessionRow {
             Cell::Text(id) if !id.is_empty() => id.clone(),
             _ => return Err("malformed sessions row: id is not a non-empty TEXT".into()),
         };
-        let version = self.version.safe_integer().ok_or("malformed sessions row: version is not a safe integer")?;
+        let version = self
+            .version
+            .safe_integer()
+            .ok_or("malformed sessions row: version is not a safe integer")?;
         let created_at = self
             .created_at
             .safe_integer()
@@ -703,7 +899,9 @@ impl SessionRow {
             return Err("malformed sessions row: incarnation is not a UUID".into());
         }
         if self.revision.safe_integer().is_none_or(|r| r < 0) {
-            return Err("malformed sessions row: revision is not a non-negative safe integer".into());
+            return Err(
+                "malformed sessions row: revision is not a non-negative safe integer".into(),
+            );
         }
         Ok(SessionHeader {
             version: version.into(),
@@ -736,9 +934,9 @@ impl PhysicalRow {
     fn read(row: &rusqlite::Row) -> rusqlite::Result<PhysicalRow> {
         Ok(PhysicalRow {
             // The queries select seq ≥ 0 only.
-            seq: row
-                .get::<_, i64>(0)
-                .and_then(|seq| u64::try_from(seq).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, seq)))?,
+            seq: row.get::<_, i64>(0).and_then(|seq| {
+                u64::try_from(seq).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, seq))
+            })?,
             event_type: Cell::read(row, 1)?,
             time: Cell::read(row, 2)?,
             data: Cell::read(row, 3)?,
@@ -758,16 +956,28 @@ impl PhysicalRow {
             Cell::Text(t) if !t.is_empty() => t.as_str(),
             _ => return Err("type is not a non-empty TEXT".into()),
         };
-        let time = self.time.safe_integer().ok_or("time is not a safe integer")?;
-        let scalar = |source_event_seqs: Option<Value>, ignorable: bool| -> Result<Vec<JsonMap>, String> {
-            let data = parse_json(&data_text(&self.data, MAX_SCALAR_DATA_BYTES)?, "data")?;
-            let surface_op = match &self.surface_op {
-                Cell::Null => None,
-                Cell::Text(text) => Some(parse_json(text, "surface_op")?),
-                other => return Err(format!("surface_op is {}", other.type_name())),
+        let time = self
+            .time
+            .safe_integer()
+            .ok_or("time is not a safe integer")?;
+        let scalar =
+            |source_event_seqs: Option<Value>, ignorable: bool| -> Result<Vec<JsonMap>, String> {
+                let data = parse_json(&data_text(&self.data, MAX_SCALAR_DATA_BYTES)?, "data")?;
+                let surface_op = match &self.surface_op {
+                    Cell::Null => None,
+                    Cell::Text(text) => Some(parse_json(text, "surface_op")?),
+                    other => return Err(format!("surface_op is {}", other.type_name())),
+                };
+                Ok(vec![scalar_event(
+                    event_type,
+                    self.seq,
+                    time,
+                    data,
+                    source_event_seqs,
+                    surface_op,
+                    ignorable,
+                )])
             };
-            Ok(vec![scalar_event(event_type, self.seq, time, data, source_event_seqs, surface_op, ignorable)])
-        };
         match schema {
             Schema::V14 => {
                 if !matches!(self.data, Cell::Text(_)) {
@@ -789,9 +999,17 @@ impl PhysicalRow {
                 };
                 let source_event_seqs = match &self.source_event_seqs {
                     Cell::Null => None,
-                    Cell::Blob(blob) => Some(decode_source_seqs(blob)?.into_iter().map(Value::from).collect()),
+                    Cell::Blob(blob) => Some(
+                        decode_source_seqs(blob)?
+                            .into_iter()
+                            .map(Value::from)
+                            .collect(),
+                    ),
                     other => {
-                        return Err(format!("source_event_seqs is {}, not a BLOB", other.type_name()));
+                        return Err(format!(
+                            "source_event_seqs is {}, not a BLOB",
+                            other.type_name()
+                        ));
                     }
                 };
                 scalar(source_event_seqs, ignorable)
@@ -800,7 +1018,8 @@ impl PhysicalRow {
     }
 
     fn decode_packed(&self, tag: &str, time0: i64) -> Result<Vec<JsonMap>, String> {
-        let kind = RowKind::from_tag(tag).ok_or_else(|| format!("packed row type {tag:?} is not a chunk tag"))?;
+        let kind = RowKind::from_tag(tag)
+            .ok_or_else(|| format!("packed row type {tag:?} is not a chunk tag"))?;
         if self.source_event_seqs != Cell::Null || self.surface_op != Cell::Null {
             return Err("packed row has source_event_seqs or surface_op".into());
         }
@@ -851,8 +1070,8 @@ fn data_text(data: &Cell, limit: usize) -> Result<Cow<'_, str>, String> {
         Cell::Text(text) if text.len() > limit => Err(format!("data is longer than {limit} bytes")),
         Cell::Text(text) => Ok(Cow::Borrowed(text)),
         Cell::Blob(blob) => {
-            let mut decoder =
-                zstd::stream::read::Decoder::with_buffer(&blob[..]).map_err(|e| format!("data BLOB: {e}"))?;
+            let mut decoder = zstd::stream::read::Decoder::with_buffer(&blob[..])
+                .map_err(|e| format!("data BLOB: {e}"))?;
             let mut plain = Vec::new();
             decoder
                 .by_ref()
@@ -862,7 +1081,9 @@ fn data_text(data: &Cell, limit: usize) -> Result<Cow<'_, str>, String> {
             if plain.len() > limit {
                 return Err(format!("data decompresses to more than {limit} bytes"));
             }
-            String::from_utf8(plain).map(Cow::Owned).map_err(|_| "decompressed data is not UTF-8".into())
+            String::from_utf8(plain)
+                .map(Cow::Owned)
+                .map_err(|_| "decompressed data is not UTF-8".into())
         }
         other => Err(format!("data is {}, not TEXT or BLOB", other.type_name())),
     }
@@ -878,7 +1099,11 @@ fn encode_data(text: String) -> io::Result<SqlValue> {
     compressor.include_checksum(false)?;
     compressor.include_contentsize(true)?;
     let blob = compressor.compress(text.as_bytes())?;
-    Ok(if blob.len() < text.len() { SqlValue::Blob(blob) } else { SqlValue::Text(text) })
+    Ok(if blob.len() < text.len() {
+        SqlValue::Blob(blob)
+    } else {
+        SqlValue::Text(text)
+    })
 }
 
 fn json_text(value: &Value) -> io::Result<String> {
@@ -903,7 +1128,11 @@ impl NewEventRow {
             Some(seqs) => SqlValue::Text(json_text(seqs)?),
             None => SqlValue::Null,
         };
-        NewEventRow::scalar(event, SqlValue::Text(json_text(field(event, "data")?)?), source_event_seqs)
+        NewEventRow::scalar(
+            event,
+            SqlValue::Text(json_text(field(event, "data")?)?),
+            source_event_seqs,
+        )
     }
 
     /// A schema-17 row from `pack_rows`: a packed row, or one scalar event.
@@ -913,7 +1142,11 @@ impl NewEventRow {
                 Some(seqs) => SqlValue::Blob(encode_source_seqs(&source_seqs_of(seqs)?)),
                 None => SqlValue::Null,
             };
-            return NewEventRow::scalar(row, encode_data(json_text(field(row, "data")?)?)?, source_event_seqs);
+            return NewEventRow::scalar(
+                row,
+                encode_data(json_text(field(row, "data")?)?)?,
+                source_event_seqs,
+            );
         };
         Ok(NewEventRow {
             seq: integer_field(row, "seq0")?,
@@ -927,8 +1160,14 @@ impl NewEventRow {
     }
 
     /// The columns both schemas fill alike for one event.
-    fn scalar(event: &JsonMap, data: SqlValue, source_event_seqs: SqlValue) -> io::Result<NewEventRow> {
-        let event_type = field(event, "type")?.as_str().ok_or_else(|| invalid_input("event type is not a string"))?;
+    fn scalar(
+        event: &JsonMap,
+        data: SqlValue,
+        source_event_seqs: SqlValue,
+    ) -> io::Result<NewEventRow> {
+        let event_type = field(event, "type")?
+            .as_str()
+            .ok_or_else(|| invalid_input("event type is not a string"))?;
         Ok(NewEventRow {
             seq: integer_field(event, "seq")?,
             event_type: event_type.to_string(),
@@ -939,24 +1178,32 @@ impl NewEventRow {
                 Some(op) => SqlValue::Text(json_text(op)?),
                 None => SqlValue::Null,
             },
-            ignorable: if event.contains_key("ignorable") { SqlValue::Integer(1) } else { SqlValue::Null },
+            ignorable: if event.contains_key("ignorable") {
+                SqlValue::Integer(1)
+            } else {
+                SqlValue::Null
+            },
         })
     }
 }
 
 fn field<'a>(map: &'a JsonMap, key: &str) -> io::Result<&'a Value> {
-    map.get(key).ok_or_else(|| invalid_input(format!("event has no {key}")))
+    map.get(key)
+        .ok_or_else(|| invalid_input(format!("event has no {key}")))
 }
 
 fn integer_field(map: &JsonMap, key: &str) -> io::Result<i64> {
-    safe_integer(field(map, key)?).ok_or_else(|| invalid_input(format!("event {key} is not a safe integer")))
+    safe_integer(field(map, key)?)
+        .ok_or_else(|| invalid_input(format!("event {key} is not a safe integer")))
 }
 
 fn source_seqs_of(value: &Value) -> io::Result<Vec<u64>> {
     value
         .as_array()
         .and_then(|seqs| seqs.iter().map(non_negative_safe_integer).collect())
-        .ok_or_else(|| invalid_input("sourceEventSeqs is not an array of non-negative safe integers"))
+        .ok_or_else(|| {
+            invalid_input("sourceEventSeqs is not an array of non-negative safe integers")
+        })
 }
 
 /// Packs events into schema-17 rows as the Harness's writer does (spec §11.3,
@@ -982,11 +1229,15 @@ fn packed_kind(row: &JsonMap) -> Option<RowKind> {
     if !row.contains_key("seq0") {
         return None;
     }
-    row.get("type").and_then(Value::as_str).and_then(RowKind::from_tag)
+    row.get("type")
+        .and_then(Value::as_str)
+        .and_then(RowKind::from_tag)
 }
 
 fn packed_data_len(row: &JsonMap) -> usize {
-    row.get("data").and_then(|data| serde_json::to_string(data).ok()).map_or(0, |text| text.len())
+    row.get("data")
+        .and_then(|data| serde_json::to_string(data).ok())
+        .map_or(0, |text| text.len())
 }
 
 /// Cuts one run of packable events into rows whose data fits in 1 MiB.
@@ -994,7 +1245,8 @@ fn split_oversized_run(members: &[JsonMap], rows: &mut Vec<JsonMap>) {
     let min = SQLITE_ROW_LIMITS.min_members;
     let packed_if_fits = |run: &[JsonMap]| {
         let mut packed = chunk_rows::pack(run, SQLITE_ROW_LIMITS.max_members);
-        (packed.len() == 1 && packed_data_len(&packed[0]) <= MAX_PACKED_DATA_BYTES).then(|| packed.remove(0))
+        (packed.len() == 1 && packed_data_len(&packed[0]) <= MAX_PACKED_DATA_BYTES)
+            .then(|| packed.remove(0))
     };
     let mut rest = members;
     while rest.len() >= min {
@@ -1036,7 +1288,11 @@ pub fn decode_source_seqs(bytes: &[u8]) -> Result<Vec<u64>, String> {
             }
             Some(&previous) => {
                 // Both fit easily in i64: previous ≤ 2^53 − 1, |delta| ≤ 2^53.
-                let delta = if value % 2 == 0 { (value / 2) as i64 } else { -(value.div_ceil(2) as i64) };
+                let delta = if value % 2 == 0 {
+                    (value / 2) as i64
+                } else {
+                    -(value.div_ceil(2) as i64)
+                };
                 let seq = previous as i64 + delta;
                 if !(0..=MAX_SAFE_INTEGER).contains(&seq) {
                     return Err(format!("source seq {seq} is out of range"));
@@ -1079,7 +1335,11 @@ pub fn encode_source_seqs(seqs: &[u64]) -> Vec<u8> {
             None => u128::from(seq),
             Some(previous) => {
                 let delta = i128::from(seq) - i128::from(previous);
-                if delta >= 0 { delta.unsigned_abs() * 2 } else { delta.unsigned_abs() * 2 - 1 }
+                if delta >= 0 {
+                    delta.unsigned_abs() * 2
+                } else {
+                    delta.unsigned_abs() * 2 - 1
+                }
             }
         };
         write_varint(value, &mut out);
@@ -1132,7 +1392,11 @@ mod tests {
 
         fn copy_of(store: &str) -> TempDb {
             let db = TempDb::empty();
-            std::fs::copy(fixtures().join("stores").join(store).join("sessions.db"), &db.path).unwrap();
+            std::fs::copy(
+                fixtures().join("stores").join(store).join("sessions.db"),
+                &db.path,
+            )
+            .unwrap();
             db
         }
 
@@ -1192,7 +1456,10 @@ mod tests {
     }
 
     fn expected_events(file: &str) -> Vec<Value> {
-        read_json(&format!("expected/{file}"))["events"].as_array().unwrap().clone()
+        read_json(&format!("expected/{file}"))["events"]
+            .as_array()
+            .unwrap()
+            .clone()
     }
 
     #[test]
@@ -1203,7 +1470,10 @@ mod tests {
             (&[12, 300], &[0x0C, 0xC0, 0x04]),
             (&[0, 3, 1], &[0x00, 0x06, 0x03]),
             (&[], &[]),
-            (&[132, 133, 2, 64, 69, 97, 99, 129], &[0x84, 0x01, 0x02, 0x85, 0x02, 0x7C, 0x0A, 0x38, 0x04, 0x3C]),
+            (
+                &[132, 133, 2, 64, 69, 97, 99, 129],
+                &[0x84, 0x01, 0x02, 0x85, 0x02, 0x7C, 0x0A, 0x38, 0x04, 0x3C],
+            ),
             (&[156], &[0x9C, 0x01]),
         ];
         for (seqs, bytes) in table {
@@ -1211,7 +1481,10 @@ mod tests {
             assert_eq!(decode_source_seqs(bytes).unwrap(), seqs, "{bytes:02x?}");
         }
         let extremes = [MAX_SAFE_INTEGER as u64, 0, MAX_SAFE_INTEGER as u64];
-        assert_eq!(decode_source_seqs(&encode_source_seqs(&extremes)).unwrap(), extremes);
+        assert_eq!(
+            decode_source_seqs(&encode_source_seqs(&extremes)).unwrap(),
+            extremes
+        );
     }
 
     #[test]
@@ -1224,7 +1497,7 @@ mod tests {
             &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x10],       // first value 2^60
             &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x10],             // first value 2^53
             &[0x05, 0x0B],                                                 // 5 − 6 < 0
-            &[0x00, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40],       // delta value above 2·(2^53 − 1)
+            &[0x00, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40], // delta value above 2·(2^53 − 1)
         ];
         for bytes in rejected {
             assert!(decode_source_seqs(bytes).is_err(), "{bytes:02x?}");
@@ -1234,14 +1507,19 @@ mod tests {
             decode_source_seqs(&[0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F]).unwrap(),
             [MAX_SAFE_INTEGER as u64]
         );
-        assert!(decode_source_seqs(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00]).is_err());
+        assert!(
+            decode_source_seqs(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00]).is_err()
+        );
     }
 
     #[test]
     fn clean_schema_17_sessions_decode_to_the_expected_logs() {
         let db = TempDb::copy_of("sqlite17");
         let store = db.open();
-        assert_eq!(store.describe(), format!("sqlite schema 17 database {}", db.path.display()));
+        assert_eq!(
+            store.describe(),
+            format!("sqlite schema 17 database {}", db.path.display())
+        );
         for (id, file) in session_files() {
             assert_same_events(&scan_all(&store, &id), &expected_events(&file), &id);
         }
@@ -1270,8 +1548,10 @@ mod tests {
             let db = TempDb::copy_of(format);
             let store = db.open();
             let listings = store.list();
-            let expected =
-                read_json(&format!("expected/formats/{format}.json"))["listedHeaders"].as_array().unwrap().clone();
+            let expected = read_json(&format!("expected/formats/{format}.json"))["listedHeaders"]
+                .as_array()
+                .unwrap()
+                .clone();
             assert_eq!(listings.len(), expected.len(), "{format}");
             for want in expected {
                 let id = want["id"].as_str().unwrap();
@@ -1283,7 +1563,11 @@ mod tests {
                 if header.delegation_depth.is_none() {
                     got.shift_remove("delegationDepth");
                 }
-                assert_eq!(serde_json::to_string(&got).unwrap(), serde_json::to_string(&want).unwrap(), "{format}");
+                assert_eq!(
+                    serde_json::to_string(&got).unwrap(),
+                    serde_json::to_string(&want).unwrap(),
+                    "{format}"
+                );
                 assert_eq!(&store.header(&key(id)).unwrap(), header);
             }
         }
@@ -1296,10 +1580,15 @@ mod tests {
             let store = db.open();
             let dir = fixtures().join("expected/crash").join(format);
             let entries: Vec<_> = std::fs::read_dir(dir).unwrap().collect();
-            assert_eq!(entries.len(), 8, "{format}: crash cases a, b, b2, f, g, h, s1, s2");
+            assert_eq!(
+                entries.len(),
+                8,
+                "{format}: crash cases a, b, b2, f, g, h, s1, s2"
+            );
             for entry in entries {
                 let case: Value =
-                    serde_json::from_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap()).unwrap();
+                    serde_json::from_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap())
+                        .unwrap();
                 let id = case["case"]["id"].as_str().unwrap();
                 let stored = &case["loadStored"];
                 let what = format!("{format} {id}");
@@ -1314,13 +1603,30 @@ mod tests {
                         assert_eq!(events.len() as u64, count, "{what}");
                         assert_eq!(point.events, count, "{what}");
                         match stored["tornMarker"].as_u64() {
-                            None => assert_eq!((end, point.offset), (ScanEnd::Complete, count), "{what}"),
+                            None => assert_eq!(
+                                (end, point.offset),
+                                (ScanEnd::Complete, count),
+                                "{what}"
+                            ),
                             Some(marker) => {
-                                assert_eq!(end, ScanEnd::Torn { at: format!("seq {marker}") }, "{what}");
-                                assert_eq!(point.offset, marker, "{what}: the next scan re-reads the torn row");
+                                assert_eq!(
+                                    end,
+                                    ScanEnd::Torn {
+                                        at: format!("seq {marker}")
+                                    },
+                                    "{what}"
+                                );
+                                assert_eq!(
+                                    point.offset, marker,
+                                    "{what}: the next scan re-reads the torn row"
+                                );
                                 let (again, _, end) = scan_from(&store, id, &point).unwrap();
                                 assert!(
-                                    again.is_empty() && end == ScanEnd::Torn { at: format!("seq {marker}") },
+                                    again.is_empty()
+                                        && end
+                                            == ScanEnd::Torn {
+                                                at: format!("seq {marker}")
+                                            },
                                     "{what}"
                                 );
                             }
@@ -1337,22 +1643,59 @@ mod tests {
         let store = db.open();
         let id = "orbit-debug-tools";
         let (all, end_point, _) = scan_from(&store, id, &ScanPoint::default()).unwrap();
-        assert_eq!((end_point.events, end_point.offset), (all.len() as u64, all.len() as u64));
+        assert_eq!(
+            (end_point.events, end_point.offset),
+            (all.len() as u64, all.len() as u64)
+        );
         let (nothing, same, end) = scan_from(&store, id, &end_point).unwrap();
         assert!(nothing.is_empty() && same == end_point && end == ScanEnd::Complete);
 
-        let packed = all.iter().find(|(loc, _)| loc.member == 2 && loc.record > 100).unwrap().0;
+        let packed = all
+            .iter()
+            .find(|(loc, _)| loc.member == 2 && loc.record > 100)
+            .unwrap()
+            .0;
         let boundary = packed.record;
-        let (rest, point, _) =
-            scan_from(&store, id, &ScanPoint { events: boundary, offset: boundary, ..ScanPoint::default() }).unwrap();
+        let (rest, point, _) = scan_from(
+            &store,
+            id,
+            &ScanPoint {
+                events: boundary,
+                offset: boundary,
+                ..ScanPoint::default()
+            },
+        )
+        .unwrap();
         assert_eq!(point, end_point);
         assert_eq!(rest, all[boundary as usize..]);
 
         for (loc, event) in &all {
             assert_eq!(&store.fetch(&key(id), *loc).unwrap(), event, "{loc:?}");
         }
-        assert!(store.fetch(&key(id), EventLoc { record: packed.record, within: 0, member: 5000 }).is_err());
-        assert!(store.fetch(&key(id), EventLoc { record: 1 << 40, within: 0, member: 0 }).is_err());
+        assert!(
+            store
+                .fetch(
+                    &key(id),
+                    EventLoc {
+                        record: packed.record,
+                        within: 0,
+                        member: 5000
+                    }
+                )
+                .is_err()
+        );
+        assert!(
+            store
+                .fetch(
+                    &key(id),
+                    EventLoc {
+                        record: 1 << 40,
+                        within: 0,
+                        member: 0
+                    }
+                )
+                .is_err()
+        );
     }
 
     #[test]
@@ -1365,7 +1708,13 @@ mod tests {
         );
         assert!(store.contains("ledger-chat"));
         assert!(!store.contains("no-such-session"));
-        let gone = store.scan(&key("no-such-session"), &ScanPoint::default(), &mut |_, _| Ok(())).unwrap_err();
+        let gone = store
+            .scan(
+                &key("no-such-session"),
+                &ScanPoint::default(),
+                &mut |_, _| Ok(()),
+            )
+            .unwrap_err();
         assert!(gone.message().contains("no longer exists"), "{gone}");
         assert!(store.header(&key("no-such-session")).is_err());
         assert!(store.revision(&key("no-such-session")).is_err());
@@ -1374,25 +1723,46 @@ mod tests {
     #[test]
     fn open_refuses_foreign_and_other_version_databases() {
         let foreign = TempDb::empty();
-        Connection::open(&foreign.path).unwrap().execute_batch("CREATE TABLE t (x)").unwrap();
+        Connection::open(&foreign.path)
+            .unwrap()
+            .execute_batch("CREATE TABLE t (x)")
+            .unwrap();
         let message = SqliteStore::open(&foreign.path).err().unwrap();
-        assert!(message.contains("is not a DeepSeek Harness session database (application_id 0"), "{message}");
+        assert!(
+            message.contains("is not a DeepSeek Harness session database (application_id 0"),
+            "{message}"
+        );
 
         let newer = TempDb::copy_of("sqlite17");
-        Connection::open(&newer.path).unwrap().execute_batch("PRAGMA user_version = 18").unwrap();
+        Connection::open(&newer.path)
+            .unwrap()
+            .execute_batch("PRAGMA user_version = 18")
+            .unwrap();
         let message = SqliteStore::open(&newer.path).err().unwrap();
-        assert!(message.ends_with("has schema version 18; sessionfs reads 14 and 17"), "{message}");
+        assert!(
+            message.ends_with("has schema version 18; sessionfs reads 14 and 17"),
+            "{message}"
+        );
 
         let extra = TempDb::copy_of("sqlite14");
-        Connection::open(&extra.path).unwrap().execute_batch("CREATE INDEX by_type ON events (type)").unwrap();
+        Connection::open(&extra.path)
+            .unwrap()
+            .execute_batch("CREATE INDEX by_type ON events (type)")
+            .unwrap();
         let message = SqliteStore::open(&extra.path).err().unwrap();
         assert!(
-            message.contains("does not have the schema-14 tables: expected table events, found index by_type"),
+            message.contains(
+                "does not have the schema-14 tables: expected table events, found index by_type"
+            ),
             "{message}"
         );
 
         let not_sqlite = TempDb::empty();
-        std::fs::write(&not_sqlite.path, "this is not a database, just some text that is long enough").unwrap();
+        std::fs::write(
+            &not_sqlite.path,
+            "this is not a database, just some text that is long enough",
+        )
+        .unwrap();
         assert!(SqliteStore::open(&not_sqlite.path).is_err());
         assert!(SqliteStore::open(&not_sqlite.dir.join("missing.db")).is_err());
     }
@@ -1413,8 +1783,11 @@ mod tests {
 
     #[test]
     fn create_writes_a_child_that_reads_back_exactly() {
-        let sources =
-            [("sqlite17", "orbit-debug-tools"), ("sqlite17", "metrics-ignorable"), ("sqlite14", "pipeline-compaction")];
+        let sources = [
+            ("sqlite17", "orbit-debug-tools"),
+            ("sqlite17", "metrics-ignorable"),
+            ("sqlite14", "pipeline-compaction"),
+        ];
         for (format, source) in sources {
             let db = TempDb::copy_of(format);
             let store = db.open();
@@ -1422,7 +1795,10 @@ mod tests {
             let child = format!("session-child-of-{source}");
             let header = child_header(&child);
             assert_eq!(store.create(&header, &events).unwrap(), key(&child));
-            assert_eq!(store.create(&header, &events).unwrap_err().kind(), io::ErrorKind::AlreadyExists);
+            assert_eq!(
+                store.create(&header, &events).unwrap_err().kind(),
+                io::ErrorKind::AlreadyExists
+            );
 
             let reopened = db.open();
             assert_eq!(reopened.header(&key(&child)).unwrap(), header);
@@ -1437,22 +1813,39 @@ mod tests {
     /// Schema 17: packed rows carry a chunk tag and no seq list; BLOBs are zstd
     /// frames with a content size and no checksum. Schema 14: one TEXT row per event.
     fn assert_physical_layout(db: &TempDb, id: &str, event_count: usize) {
-        let connection = Connection::open_with_flags(&db.path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-        let version: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0)).unwrap();
-        let count = |sql: &str| connection.query_row(sql, [id], |row| row.get::<_, i64>(0)).unwrap() as usize;
+        let connection =
+            Connection::open_with_flags(&db.path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let version: i64 = connection
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap();
+        let count = |sql: &str| {
+            connection
+                .query_row(sql, [id], |row| row.get::<_, i64>(0))
+                .unwrap() as usize
+        };
         let rows = count("SELECT count(*) FROM events WHERE session_id = ?1");
         if version == 14 {
             assert_eq!(rows, event_count);
-            assert_eq!(count("SELECT count(*) FROM events WHERE session_id = ?1 AND typeof(data) != 'text'"), 0);
+            assert_eq!(
+                count(
+                    "SELECT count(*) FROM events WHERE session_id = ?1 AND typeof(data) != 'text'"
+                ),
+                0
+            );
             return;
         }
         let packed = "FROM events WHERE session_id = ?1 AND ignorable = 0";
         assert!(rows < event_count && count(&format!("SELECT count(*) {packed}")) > 0);
         let malformed = "AND (type NOT LIKE '%-chunks' OR source_event_seqs IS NOT NULL OR surface_op IS NOT NULL)";
         assert_eq!(count(&format!("SELECT count(*) {packed} {malformed}")), 0);
-        let mut blobs =
-            connection.prepare("SELECT data FROM events WHERE session_id = ?1 AND typeof(data) = 'blob'").unwrap();
-        let blobs: Vec<Vec<u8>> = blobs.query_map([id], |row| row.get(0)).unwrap().map(Result::unwrap).collect();
+        let mut blobs = connection
+            .prepare("SELECT data FROM events WHERE session_id = ?1 AND typeof(data) = 'blob'")
+            .unwrap();
+        let blobs: Vec<Vec<u8>> = blobs
+            .query_map([id], |row| row.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
         // orbit-debug-tools has 13 KB values; every compressed value has a 2-byte content size.
         assert_eq!(blobs.is_empty(), id != "session-child-of-orbit-debug-tools");
         for blob in blobs {
@@ -1474,16 +1867,27 @@ mod tests {
     #[test]
     fn compressed_data_is_byte_identical_to_the_harness() {
         let db = TempDb::copy_of("sqlite17");
-        let connection = Connection::open_with_flags(&db.path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-        let mut select = connection.prepare("SELECT data FROM events WHERE typeof(data) = 'blob'").unwrap();
-        let blobs: Vec<Vec<u8>> =
-            select.query_map([], |row| row.get(0)).unwrap().collect::<rusqlite::Result<_>>().unwrap();
+        let connection =
+            Connection::open_with_flags(&db.path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let mut select = connection
+            .prepare("SELECT data FROM events WHERE typeof(data) = 'blob'")
+            .unwrap();
+        let blobs: Vec<Vec<u8>> = select
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
         assert_eq!(blobs.len(), 7);
         for blob in blobs {
-            let text = data_text(&Cell::Blob(blob.clone()), MAX_SCALAR_DATA_BYTES).unwrap().into_owned();
+            let text = data_text(&Cell::Blob(blob.clone()), MAX_SCALAR_DATA_BYTES)
+                .unwrap()
+                .into_owned();
             assert_eq!(encode_data(text).unwrap(), SqlValue::Blob(blob));
         }
-        assert_eq!(encode_data("x".repeat(4095)).unwrap(), SqlValue::Text("x".repeat(4095)));
+        assert_eq!(
+            encode_data("x".repeat(4095)).unwrap(),
+            SqlValue::Text("x".repeat(4095))
+        );
     }
 
     fn text_delta(seq: u64, text: &str) -> JsonMap {
@@ -1502,12 +1906,21 @@ mod tests {
         let big = "y".repeat(300_000);
         let events: Vec<JsonMap> = (0..7).map(|seq| text_delta(seq, &big)).collect();
         let rows = pack_rows(&events);
-        let shape: Vec<Option<usize>> =
-            rows.iter().map(|r| r.get("seq0").map(|_| r["data"]["texts"].as_array().unwrap().len())).collect();
+        let shape: Vec<Option<usize>> = rows
+            .iter()
+            .map(|r| {
+                r.get("seq0")
+                    .map(|_| r["data"]["texts"].as_array().unwrap().len())
+            })
+            .collect();
         assert_eq!(shape, [Some(3), Some(3), None]);
         let huge = "z".repeat(400_000);
         let events: Vec<JsonMap> = (0..4).map(|seq| text_delta(seq, &huge)).collect();
-        assert!(pack_rows(&events).iter().all(|row| !row.contains_key("seq0")));
+        assert!(
+            pack_rows(&events)
+                .iter()
+                .all(|row| !row.contains_key("seq0"))
+        );
 
         let db = TempDb::copy_of("sqlite17");
         let store = db.open();
@@ -1522,7 +1935,14 @@ mod tests {
         assert_same_events(&scan_all(&store, "big"), &expected, "big");
     }
 
-    fn row(seq: u64, event_type: &str, data: Cell, seqs: Cell, op: Cell, ignorable: Cell) -> PhysicalRow {
+    fn row(
+        seq: u64,
+        event_type: &str,
+        data: Cell,
+        seqs: Cell,
+        op: Cell,
+        ignorable: Cell,
+    ) -> PhysicalRow {
         PhysicalRow {
             seq,
             event_type: Cell::Text(event_type.into()),
@@ -1536,11 +1956,26 @@ mod tests {
 
     #[test]
     fn row_decoding_follows_the_ignorable_discriminator() {
-        let packed_data = Cell::Text(r#"{"turn":1,"step":1,"index":0,"dt":[1,1],"texts":["a","b","c"]}"#.into());
-        let packed = row(4, "text-chunks", packed_data.clone(), Cell::Null, Cell::Null, Cell::Integer(0));
+        let packed_data =
+            Cell::Text(r#"{"turn":1,"step":1,"index":0,"dt":[1,1],"texts":["a","b","c"]}"#.into());
+        let packed = row(
+            4,
+            "text-chunks",
+            packed_data.clone(),
+            Cell::Null,
+            Cell::Null,
+            Cell::Integer(0),
+        );
         assert_eq!(packed.decode(Schema::V17).unwrap().len(), 3);
         // A scalar row with a chunk tag as its type is one event, never a packed row.
-        let scalar = row(4, "text-chunks", packed_data.clone(), Cell::Null, Cell::Null, Cell::Integer(1));
+        let scalar = row(
+            4,
+            "text-chunks",
+            packed_data.clone(),
+            Cell::Null,
+            Cell::Null,
+            Cell::Integer(1),
+        );
         let events = scalar.decode(Schema::V17).unwrap();
         assert_eq!(
             serde_json::to_string(&events[0]).unwrap(),
@@ -1551,15 +1986,78 @@ mod tests {
         );
 
         let rejected = [
-            row(4, "text-chunks", packed_data.clone(), Cell::Blob(vec![4]), Cell::Null, Cell::Integer(0)),
-            row(4, "text-chunks", packed_data.clone(), Cell::Null, Cell::Text("\"append\"".into()), Cell::Integer(0)),
-            row(4, "user/message", packed_data.clone(), Cell::Null, Cell::Null, Cell::Integer(0)),
-            row(4, "user/message", packed_data.clone(), Cell::Null, Cell::Null, Cell::Integer(2)),
-            row(4, "user/message", Cell::Real(1.0), Cell::Null, Cell::Null, Cell::Null),
-            row(4, "user/message", Cell::Blob(b"{}".to_vec()), Cell::Null, Cell::Null, Cell::Null),
-            row(4, "user/message", Cell::Text("{}".into()), Cell::Text("[4]".into()), Cell::Null, Cell::Null),
-            row(4, "", Cell::Text("{}".into()), Cell::Null, Cell::Null, Cell::Null),
-            row(MAX_SAFE_INTEGER as u64 + 1, "x/y", Cell::Text("{}".into()), Cell::Null, Cell::Null, Cell::Null),
+            row(
+                4,
+                "text-chunks",
+                packed_data.clone(),
+                Cell::Blob(vec![4]),
+                Cell::Null,
+                Cell::Integer(0),
+            ),
+            row(
+                4,
+                "text-chunks",
+                packed_data.clone(),
+                Cell::Null,
+                Cell::Text("\"append\"".into()),
+                Cell::Integer(0),
+            ),
+            row(
+                4,
+                "user/message",
+                packed_data.clone(),
+                Cell::Null,
+                Cell::Null,
+                Cell::Integer(0),
+            ),
+            row(
+                4,
+                "user/message",
+                packed_data.clone(),
+                Cell::Null,
+                Cell::Null,
+                Cell::Integer(2),
+            ),
+            row(
+                4,
+                "user/message",
+                Cell::Real(1.0),
+                Cell::Null,
+                Cell::Null,
+                Cell::Null,
+            ),
+            row(
+                4,
+                "user/message",
+                Cell::Blob(b"{}".to_vec()),
+                Cell::Null,
+                Cell::Null,
+                Cell::Null,
+            ),
+            row(
+                4,
+                "user/message",
+                Cell::Text("{}".into()),
+                Cell::Text("[4]".into()),
+                Cell::Null,
+                Cell::Null,
+            ),
+            row(
+                4,
+                "",
+                Cell::Text("{}".into()),
+                Cell::Null,
+                Cell::Null,
+                Cell::Null,
+            ),
+            row(
+                MAX_SAFE_INTEGER as u64 + 1,
+                "x/y",
+                Cell::Text("{}".into()),
+                Cell::Null,
+                Cell::Null,
+                Cell::Null,
+            ),
         ];
         for bad in rejected {
             assert!(bad.decode(Schema::V17).is_err(), "{bad:?}");
@@ -1577,15 +2075,23 @@ mod tests {
             r#"{"type":"tool/result","seq":4,"time":7,"data":{},"sourceEventSeqs":[1,2],"surfaceOp":"append"}"#
         );
         assert!(
-            row(4, "x/y", Cell::Text("{}".into()), Cell::Blob(vec![4]), Cell::Null, Cell::Null)
-                .decode(Schema::V14)
-                .is_err()
+            row(
+                4,
+                "x/y",
+                Cell::Text("{}".into()),
+                Cell::Blob(vec![4]),
+                Cell::Null,
+                Cell::Null
+            )
+            .decode(Schema::V14)
+            .is_err()
         );
     }
 
     #[test]
     fn session_rows_follow_the_null_rules() {
-        let mut session = SessionRow::for_new_session(&child_header("a"), random_uuid_v4().unwrap()).unwrap();
+        let mut session =
+            SessionRow::for_new_session(&child_header("a"), random_uuid_v4().unwrap()).unwrap();
         assert!(matches!(&session.incarnation, Cell::Text(uuid) if is_uuid(uuid)));
         assert_eq!(session.header().unwrap(), child_header("a"));
         session.cwd = Cell::Text("relative/dir".into());

@@ -26,11 +26,19 @@ pub enum Decoded {
 
 impl TailScanner {
     pub fn new(next_seq: u64) -> TailScanner {
-        TailScanner { next_seq, issue: None, strict: false }
+        TailScanner {
+            next_seq,
+            issue: None,
+            strict: false,
+        }
     }
 
     pub fn strict(next_seq: u64) -> TailScanner {
-        TailScanner { next_seq, issue: None, strict: true }
+        TailScanner {
+            next_seq,
+            issue: None,
+            strict: true,
+        }
     }
 
     pub fn next_seq(&self) -> u64 {
@@ -43,10 +51,16 @@ impl TailScanner {
     }
 
     /// Feeds one record; returns the events to keep, or `None` once the tail started.
-    pub fn feed(&mut self, record: Decoded, gap_message: impl FnOnce() -> String) -> Result<Option<Vec<JsonMap>>, Refusal> {
+    pub fn feed(
+        &mut self,
+        record: Decoded,
+        gap_message: impl FnOnce() -> String,
+    ) -> Result<Option<Vec<JsonMap>>, Refusal> {
         if let Some(issue) = &self.issue {
             return match record {
-                Decoded::Events(events) if has_turn_end(&events) => Err(Refusal::Corrupt(issue.clone())),
+                Decoded::Events(events) if has_turn_end(&events) => {
+                    Err(Refusal::Corrupt(issue.clone()))
+                }
                 _ => Ok(None),
             };
         }
@@ -54,10 +68,9 @@ impl TailScanner {
             Decoded::Bad(message) => return self.start_tail(message),
             Decoded::Events(events) => events,
         };
-        let contiguous = events
-            .iter()
-            .enumerate()
-            .all(|(k, e)| e.get("seq").and_then(non_negative_safe_integer) == Some(self.next_seq + k as u64));
+        let contiguous = events.iter().enumerate().all(|(k, e)| {
+            e.get("seq").and_then(non_negative_safe_integer) == Some(self.next_seq + k as u64)
+        });
         if !contiguous {
             let message = gap_message();
             if has_turn_end(&events) {
@@ -79,7 +92,9 @@ impl TailScanner {
 }
 
 fn has_turn_end(events: &[JsonMap]) -> bool {
-    events.iter().any(|e| e.get("type").and_then(Value::as_str) == Some("turn/end"))
+    events
+        .iter()
+        .any(|e| e.get("type").and_then(Value::as_str) == Some("turn/end"))
 }
 
 #[cfg(test)]
@@ -87,26 +102,50 @@ mod tests {
     use super::*;
 
     fn ev(seq: u64, t: &str) -> JsonMap {
-        serde_json::from_str(&format!(r#"{{"type":"{t}","seq":{seq},"time":0,"data":{{}}}}"#)).unwrap()
+        serde_json::from_str(&format!(
+            r#"{{"type":"{t}","seq":{seq},"time":0,"data":{{}}}}"#
+        ))
+        .unwrap()
     }
 
     #[test]
     fn a_defect_is_torn_unless_a_turn_end_follows() {
         let mut scan = TailScanner::new(0);
-        assert!(scan.feed(Decoded::Events(vec![ev(0, "turn/start")]), String::new).unwrap().is_some());
-        assert!(scan.feed(Decoded::Bad("bad at line 2".into()), String::new).unwrap().is_none());
-        assert!(scan.feed(Decoded::Events(vec![ev(2, "step/end")]), String::new).unwrap().is_none());
+        assert!(
+            scan.feed(Decoded::Events(vec![ev(0, "turn/start")]), String::new)
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            scan.feed(Decoded::Bad("bad at line 2".into()), String::new)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            scan.feed(Decoded::Events(vec![ev(2, "step/end")]), String::new)
+                .unwrap()
+                .is_none()
+        );
         assert_eq!(scan.issue(), Some("bad at line 2"));
-        let err = scan.feed(Decoded::Events(vec![ev(3, "turn/end")]), String::new).unwrap_err();
+        let err = scan
+            .feed(Decoded::Events(vec![ev(3, "turn/end")]), String::new)
+            .unwrap_err();
         assert_eq!(err, Refusal::Corrupt("bad at line 2".into()));
     }
 
     #[test]
     fn a_seq_gap_with_a_turn_end_fails_at_once() {
         let mut scan = TailScanner::new(0);
-        assert!(scan.feed(Decoded::Events(vec![ev(1, "turn/end")]), || "gap".into()).is_err());
+        assert!(
+            scan.feed(Decoded::Events(vec![ev(1, "turn/end")]), || "gap".into())
+                .is_err()
+        );
         let mut scan = TailScanner::new(0);
-        assert!(scan.feed(Decoded::Events(vec![ev(1, "step/end")]), || "gap".into()).unwrap().is_none());
+        assert!(
+            scan.feed(Decoded::Events(vec![ev(1, "step/end")]), || "gap".into())
+                .unwrap()
+                .is_none()
+        );
         let mut strict = TailScanner::strict(0);
         assert!(strict.feed(Decoded::Bad("x".into()), String::new).is_err());
     }

@@ -34,7 +34,9 @@ pub fn scan_frame(bytes: &[u8]) -> FrameScan {
         return FrameScan::Torn;
     };
     if descriptor & 0x18 != 0 {
-        return FrameScan::Corrupt(format!("reserved bits set in frame header descriptor {descriptor:#04x}"));
+        return FrameScan::Corrupt(format!(
+            "reserved bits set in frame header descriptor {descriptor:#04x}"
+        ));
     }
     let single_segment = descriptor & 0x20 != 0;
     let dictionary_bytes = [0, 1, 2, 4][(descriptor & 0x03) as usize];
@@ -54,7 +56,9 @@ pub fn scan_frame(bytes: &[u8]) -> FrameScan {
         let Some(block_header) = bytes.get(at..at + 3) else {
             return FrameScan::Torn;
         };
-        let raw = u32::from(block_header[0]) | u32::from(block_header[1]) << 8 | u32::from(block_header[2]) << 16;
+        let raw = u32::from(block_header[0])
+            | u32::from(block_header[1]) << 8
+            | u32::from(block_header[2]) << 16;
         let last = raw & 1 != 0;
         let block_type = (raw >> 1) & 3;
         let size = (raw >> 3) as usize;
@@ -88,7 +92,9 @@ pub struct FrameDecoder {
 
 impl FrameDecoder {
     pub fn new() -> Result<FrameDecoder, String> {
-        Ok(FrameDecoder { raw: zstd::stream::raw::Decoder::new().map_err(|e| e.to_string())? })
+        Ok(FrameDecoder {
+            raw: zstd::stream::raw::Decoder::new().map_err(|e| e.to_string())?,
+        })
     }
 
     /// Decompresses one complete frame, verifying its checksum.
@@ -105,14 +111,23 @@ impl FrameDecoder {
             let spare = out.capacity() - start;
             out.resize(start + spare, 0);
             let mut output = OutBuffer::around(&mut out[start..]);
-            let remaining = self.raw.run(&mut input, &mut output).map_err(|e| e.to_string())?;
+            let remaining = self
+                .raw
+                .run(&mut input, &mut output)
+                .map_err(|e| e.to_string())?;
             let produced = output.pos();
             out.truncate(start + produced);
             if out.len() > MAX_FRAME_PLAINTEXT {
-                return Err(format!("frame decodes to more than {MAX_FRAME_PLAINTEXT} bytes"));
+                return Err(format!(
+                    "frame decodes to more than {MAX_FRAME_PLAINTEXT} bytes"
+                ));
             }
             if remaining == 0 {
-                return if input.pos() == frame.len() { Ok(out) } else { Err("bytes follow the end of the frame".into()) };
+                return if input.pos() == frame.len() {
+                    Ok(out)
+                } else {
+                    Err("bytes follow the end of the frame".into())
+                };
             }
             if input.pos() == frame.len() && produced == 0 {
                 return Err("the frame ends before its content does".into());
@@ -146,7 +161,12 @@ pub enum Frame<'a> {
 
 impl<R: Read> FrameReader<R> {
     pub fn new(source: R) -> FrameReader<R> {
-        FrameReader { source, buffer: Vec::new(), start: 0, eof: false }
+        FrameReader {
+            source,
+            buffer: Vec::new(),
+            start: 0,
+            eof: false,
+        }
     }
 
     pub fn next_frame(&mut self) -> std::io::Result<Frame<'_>> {
@@ -229,7 +249,10 @@ mod tests {
     #[test]
     fn scans_encodes_and_decodes_frames() {
         let frame = encode_frame(b"hello\n").unwrap();
-        assert_eq!(frame[4], 0x04, "checksum on, no content size, as the Harness writes");
+        assert_eq!(
+            frame[4], 0x04,
+            "checksum on, no content size, as the Harness writes"
+        );
         assert_eq!(scan_frame(&frame), FrameScan::Complete(frame.len()));
         assert_eq!(decode_frame(&frame).unwrap(), b"hello\n");
         for cut in 0..frame.len() {
@@ -249,9 +272,13 @@ mod tests {
         bytes.extend(&encode_frame(b"three\n").unwrap()[..5]);
         let mut reader = FrameReader::new(&bytes[..]);
         let mut decoder = FrameDecoder::new().unwrap();
-        let Frame::Complete(first) = reader.next_frame().unwrap() else { panic!("first frame") };
+        let Frame::Complete(first) = reader.next_frame().unwrap() else {
+            panic!("first frame")
+        };
         assert_eq!(decoder.decode(first).unwrap(), b"one\n");
-        let Frame::Complete(big) = reader.next_frame().unwrap() else { panic!("second frame") };
+        let Frame::Complete(big) = reader.next_frame().unwrap() else {
+            panic!("second frame")
+        };
         assert_eq!(decoder.decode(big).unwrap().len(), 300_000);
         assert!(matches!(reader.next_frame().unwrap(), Frame::Torn(rest) if rest.len() == 5));
         assert_eq!(reader.next_frame().unwrap(), Frame::End);
@@ -263,7 +290,9 @@ mod tests {
         let last = frame.len() - 4;
         frame[last] ^= 1;
         assert!(decode_frame(&frame).is_err());
-        let text: Vec<u8> = (0..400_000u32).flat_map(|i| format!("{i}\n").into_bytes()).collect();
+        let text: Vec<u8> = (0..400_000u32)
+            .flat_map(|i| format!("{i}\n").into_bytes())
+            .collect();
         let big = encode_frame(&text).unwrap();
         let torn = &big[..big.len() / 2];
         assert_eq!(scan_frame(torn), FrameScan::Torn);

@@ -97,9 +97,15 @@ impl SessionView {
             id: listing.id.clone(),
             key: listing.key.clone(),
             revision: None,
-            changed_at: backend.modified(&listing.key).unwrap_or_else(SystemTime::now),
+            changed_at: backend
+                .modified(&listing.key)
+                .unwrap_or_else(SystemTime::now),
             grace,
-            state: State::Unreadable(Box::new(Unreadable { header: None, reason: Refusal::Corrupt("not read yet".into()), external: false })),
+            state: State::Unreadable(Box::new(Unreadable {
+                header: None,
+                reason: Refusal::Corrupt("not read yet".into()),
+                external: false,
+            })),
         };
         view.state = match &listing.header {
             Err(why) => State::Unreadable(Box::new(Unreadable {
@@ -121,7 +127,11 @@ impl SessionView {
             revision: None,
             changed_at: SystemTime::now(),
             grace: Duration::ZERO,
-            state: State::Unreadable(Box::new(Unreadable { header: listing.header.as_ref().ok().cloned(), reason, external: true })),
+            state: State::Unreadable(Box::new(Unreadable {
+                header: listing.header.as_ref().ok().cloned(),
+                reason,
+                external: true,
+            })),
         }
     }
 
@@ -153,13 +163,23 @@ impl SessionView {
         self.revision = backend.revision(&self.key).ok();
         let header = match backend.header(&self.key) {
             Ok(header) => header,
-            Err(reason) => return State::Unreadable(Box::new(Unreadable { header: None, reason, external: false })),
+            Err(reason) => {
+                return State::Unreadable(Box::new(Unreadable {
+                    header: None,
+                    reason,
+                    external: false,
+                }));
+            }
         };
         let fold = match SessionFold::new(&header, &self.id) {
             Ok(fold) => fold,
             Err(reason) => {
                 let reason = with_location(reason, &self.key);
-                return State::Unreadable(Box::new(Unreadable { header: Some(header), reason, external: false }));
+                return State::Unreadable(Box::new(Unreadable {
+                    header: Some(header),
+                    reason,
+                    external: false,
+                }));
             }
         };
         let mut indexed = Box::new(Indexed {
@@ -182,13 +202,20 @@ impl SessionView {
             }
             Err(reason) => {
                 let reason = with_location(reason, &self.key);
-                State::Unreadable(Box::new(Unreadable { header: Some(indexed.header), reason, external: false }))
+                State::Unreadable(Box::new(Unreadable {
+                    header: Some(indexed.header),
+                    reason,
+                    external: false,
+                }))
             }
         }
     }
 
     fn quiet(&self) -> bool {
-        SystemTime::now().duration_since(self.changed_at).unwrap_or_default() >= self.grace
+        SystemTime::now()
+            .duration_since(self.changed_at)
+            .unwrap_or_default()
+            >= self.grace
     }
 
     /// Follows the store: continues a grown log from where the last pass stopped,
@@ -228,7 +255,10 @@ impl SessionView {
     /// stored log is cut (dropping a torn tail) and what is appended (events
     /// recovered from that tail, then the closers). `None` when nothing is torn
     /// or open, or the session is still being written.
-    pub fn repair_plan(&self, backend: &dyn Backend) -> Option<(ScanPoint, Revision, Vec<JsonMap>)> {
+    pub fn repair_plan(
+        &self,
+        backend: &dyn Backend,
+    ) -> Option<(ScanPoint, Revision, Vec<JsonMap>)> {
         let State::Indexed(indexed) = &self.state else {
             return None;
         };
@@ -239,7 +269,10 @@ impl SessionView {
             .map(|seq| indexed.event(backend, &self.key, seq))
             .collect::<Result<Vec<_>, _>>()
             .ok()?;
-        let tail = recovered.into_iter().chain(indexed.closers.iter().cloned()).collect();
+        let tail = recovered
+            .into_iter()
+            .chain(indexed.closers.iter().cloned())
+            .collect();
         Some((indexed.point.clone(), self.revision.clone()?, tail))
     }
 
@@ -296,7 +329,11 @@ impl SessionView {
 
 fn with_location(reason: Refusal, key: &SessionKey) -> Refusal {
     let located = |m: String| {
-        if m.contains("(raw log: ") || matches!(key, SessionKey::Row(_)) { m } else { format!("{m} (raw log: {})", key.describe()) }
+        if m.contains("(raw log: ") || matches!(key, SessionKey::Row(_)) {
+            m
+        } else {
+            format!("{m} (raw log: {})", key.describe())
+        }
     };
     match reason {
         Refusal::Corrupt(m) => Refusal::Corrupt(located(m)),
@@ -327,11 +364,20 @@ impl Indexed {
 
     /// Reads stored events past the last scan point and folds them.
     fn extend(&mut self, backend: &dyn Backend, key: &SessionKey) -> Result<(), Refusal> {
-        let Indexed { fold, events, types, transcript, .. } = self;
+        let Indexed {
+            fold,
+            events,
+            types,
+            transcript,
+            ..
+        } = self;
         let mut sink = |loc: EventLoc, event: JsonMap| -> Result<(), Refusal> {
             let effect = fold.observe(&event)?;
             transcript.event(&event, &effect, false);
-            let event_type = event.get("type").and_then(Value::as_str).unwrap_or_default();
+            let event_type = event
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             let type_id = match types.iter().position(|t| t == event_type) {
                 Some(id) => id,
                 None => {
@@ -355,7 +401,11 @@ impl Indexed {
 
     /// Computes the closers for the current quiet state; true when they changed.
     fn settle(&mut self, quiet: bool) -> bool {
-        let closers = if quiet { self.fold.repair().closers() } else { Vec::new() };
+        let closers = if quiet {
+            self.fold.repair().closers()
+        } else {
+            Vec::new()
+        };
         if closers == self.closers {
             return false;
         }
@@ -379,7 +429,10 @@ impl Indexed {
         if i < stored {
             return Some(&self.types[self.events[i as usize].type_id as usize]);
         }
-        self.closers.get((i - stored) as usize).and_then(|c| c.get("type")).and_then(Value::as_str)
+        self.closers
+            .get((i - stored) as usize)
+            .and_then(|c| c.get("type"))
+            .and_then(Value::as_str)
     }
 
     pub fn is_synthetic(&self, i: u64) -> bool {
@@ -388,28 +441,46 @@ impl Indexed {
 
     /// The file name of event `i` in `events/`.
     pub fn event_name(&self, i: u64) -> Option<String> {
-        self.event_type(i).map(|t| event_file::file_name(i, t, self.is_synthetic(i)))
+        self.event_type(i)
+            .map(|t| event_file::file_name(i, t, self.is_synthetic(i)))
     }
 
     /// Event `i` itself (fetched from the store, or a synthetic closer).
-    pub fn event(&self, backend: &dyn Backend, key: &SessionKey, i: u64) -> Result<JsonMap, Refusal> {
+    pub fn event(
+        &self,
+        backend: &dyn Backend,
+        key: &SessionKey,
+        i: u64,
+    ) -> Result<JsonMap, Refusal> {
         let stored = self.events.len() as u64;
         if i < stored {
             return backend.fetch(key, self.events[i as usize].loc);
         }
-        self.closers.get((i - stored) as usize).cloned().ok_or_else(|| Refusal::Corrupt(format!("no event {i}")))
+        self.closers
+            .get((i - stored) as usize)
+            .cloned()
+            .ok_or_else(|| Refusal::Corrupt(format!("no event {i}")))
     }
 
     /// The time of event `i`, in Unix milliseconds.
     pub fn event_time(&self, i: u64) -> Option<i64> {
         match self.events.get(i as usize) {
             Some(meta) => Some(meta.time),
-            None => self.closers.get(i as usize - self.events.len()).and_then(|c| c.get("time")).and_then(safe_integer),
+            None => self
+                .closers
+                .get(i as usize - self.events.len())
+                .and_then(|c| c.get("time"))
+                .and_then(safe_integer),
         }
     }
 
     /// A generated file's bytes, rendered once per change of the session.
-    pub fn file(&mut self, backend: &dyn Backend, key: &SessionKey, which: ViewFile) -> Result<Content, Refusal> {
+    pub fn file(
+        &mut self,
+        backend: &dyn Backend,
+        key: &SessionKey,
+        which: ViewFile,
+    ) -> Result<Content, Refusal> {
         if let Some((_, content)) = self.cache.iter().find(|(f, _)| *f == which) {
             return Ok(content.clone());
         }
@@ -424,7 +495,10 @@ impl Indexed {
             ViewFile::Surface => self.lineage + (self.fold.surface().replace_generation() << 32),
             _ => self.lineage,
         };
-        let content = Content { bytes: Arc::new(bytes), lineage };
+        let content = Content {
+            bytes: Arc::new(bytes),
+            lineage,
+        };
         self.cache.push((which, content.clone()));
         Ok(content)
     }
@@ -434,7 +508,11 @@ impl Indexed {
         if !self.closers.is_empty() {
             let mut tail = self.transcript.continuation();
             for closer in &self.closers {
-                let effect = if closer.contains_key("surfaceOp") { SurfaceEffect::Appended } else { SurfaceEffect::None };
+                let effect = if closer.contains_key("surfaceOp") {
+                    SurfaceEffect::Appended
+                } else {
+                    SurfaceEffect::None
+                };
                 tail.event(closer, &effect, true);
             }
             bytes.extend_from_slice(tail.bytes());
@@ -448,7 +526,12 @@ impl Indexed {
         let mut nodes = self.fold.surface().nodes().to_vec();
         for closer in &self.closers {
             if closer.contains_key("surfaceOp") {
-                nodes.push(closer.get("seq").and_then(Value::as_u64).unwrap_or_default());
+                nodes.push(
+                    closer
+                        .get("seq")
+                        .and_then(Value::as_u64)
+                        .unwrap_or_default(),
+                );
             }
         }
         nodes
@@ -489,7 +572,14 @@ impl Indexed {
                 None
             };
             let time = Value::from(self.event_time(i).unwrap_or_default());
-            out.extend(index_line(i, event_type, &time, standing, cites.as_ref(), self.is_synthetic(i)));
+            out.extend(index_line(
+                i,
+                event_type,
+                &time,
+                standing,
+                cites.as_ref(),
+                self.is_synthetic(i),
+            ));
         }
         Ok(out)
     }

@@ -15,7 +15,8 @@ pub fn fixtures() -> PathBuf {
 }
 
 pub fn expected(relative: &str) -> serde_json::Value {
-    let text = std::fs::read_to_string(fixtures().join("expected").join(relative)).expect("expected file");
+    let text =
+        std::fs::read_to_string(fixtures().join("expected").join(relative)).expect("expected file");
     serde_json::from_str(&text).expect("expected JSON")
 }
 
@@ -26,7 +27,8 @@ impl TempDir {
     pub fn new(label: &str) -> TempDir {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("sessionfs-{label}-{}-{n}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("sessionfs-{label}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).expect("temp dir");
         TempDir(path)
@@ -89,7 +91,10 @@ pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
             if entry.file_type().expect("type").is_dir() {
                 stack.push(path);
             } else {
-                out.insert(path.strip_prefix(root).expect("prefix").to_path_buf(), std::fs::read(&path).expect("read"));
+                out.insert(
+                    path.strip_prefix(root).expect("prefix").to_path_buf(),
+                    std::fs::read(&path).expect("read"),
+                );
             }
         }
     }
@@ -110,13 +115,22 @@ pub struct Mount {
 fn is_mounted(path: &Path) -> bool {
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
     let target = path.to_string_lossy();
-    mounts.lines().any(|line| line.split(' ').nth(1) == Some(&target) && line.split(' ').nth(2).is_some_and(|t| t.starts_with("fuse")))
+    mounts.lines().any(|line| {
+        line.split(' ').nth(1) == Some(&target)
+            && line
+                .split(' ')
+                .nth(2)
+                .is_some_and(|t| t.starts_with("fuse"))
+    })
 }
 
 impl Mount {
     pub fn new(store: &Path, options: &[&str]) -> Mount {
         let dir = TempDir::new("mnt");
-        assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is required: these tests mount for real");
+        assert!(
+            Path::new("/dev/fuse").exists(),
+            "/dev/fuse is required: these tests mount for real"
+        );
         let child = Command::new(binary())
             .arg("-f")
             .args(options)
@@ -127,7 +141,10 @@ impl Mount {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn sessionfs");
-        let mut mount = Mount { dir, child: Some(child) };
+        let mut mount = Mount {
+            dir,
+            child: Some(child),
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         while !is_mounted(mount.path()) {
             if let Some(child) = mount.child.as_mut()
@@ -135,7 +152,10 @@ impl Mount {
             {
                 panic!("sessionfs exited before mounting: {status}");
             }
-            assert!(Instant::now() < deadline, "sessionfs did not mount within 20 s");
+            assert!(
+                Instant::now() < deadline,
+                "sessionfs did not mount within 20 s"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         mount
@@ -157,7 +177,8 @@ impl Mount {
     fn stop(&mut self) -> Option<std::process::ExitStatus> {
         let mut child = self.child.take()?;
         if is_mounted(self.path()) {
-            let path = std::ffi::CString::new(self.path().as_os_str().as_encoded_bytes()).expect("path");
+            let path =
+                std::ffi::CString::new(self.path().as_os_str().as_encoded_bytes()).expect("path");
             // SAFETY: a valid NUL-terminated path.
             if unsafe { libc::umount(path.as_ptr()) } != 0 {
                 // SAFETY: as above; busy mounts are detached lazily.
