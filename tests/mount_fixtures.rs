@@ -577,3 +577,84 @@ fn inode_numbers_stay_stable_while_mounted() {
     unique.dedup();
     assert_eq!(unique.len(), 3);
 }
+
+/// Bytes the process has read through syscalls so far (`rchar` of /proc/PID/io).
+fn bytes_read(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).expect("/proc/PID/io");
+    io.lines()
+        .find_map(|l| l.strip_prefix("rchar: "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("rchar")
+}
+
+#[test]
+fn listing_reads_headers_only_and_a_big_session_does_not_slow_the_others() {
+    let copy = store_copy("jsonl");
+    // A session with thousands of events (about 25 MB of log).
+    let dir = copy.path.join("--srv-big--").join("big");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let mut log = String::from(
+        "{\"type\":\"session\",\"version\":0,\"id\":\"big\",\"createdAt\":1,\"cwd\":\"/srv/big\",\"delegationDepth\":0}\n",
+    );
+    let filler = "x".repeat(4000);
+    for turn in 0..1500u64 {
+        let s = turn * 5;
+        log.push_str(&format!(
+            "{{\"type\":\"turn/start\",\"seq\":{s},\"time\":{s},\"data\":{{\"turn\":{t}}}}}\n\
+             {{\"type\":\"step/start\",\"seq\":{},\"time\":{s},\"data\":{{\"turn\":{t},\"step\":1}}}}\n\
+             {{\"type\":\"user/message\",\"seq\":{},\"time\":{s},\"data\":{{\"content\":[{{\"type\":\"text\",\"text\":\"{filler} {turn}\"}}],\"source\":{{\"kind\":\"user\"}},\"role\":\"user\",\"id\":\"u{turn}\"}},\"surfaceOp\":\"append\"}}\n\
+             {{\"type\":\"step/end\",\"seq\":{},\"time\":{s},\"data\":{{\"turn\":{t},\"step\":1}}}}\n\
+             {{\"type\":\"turn/end\",\"seq\":{},\"time\":{s},\"data\":{{\"turn\":{t},\"reason\":{{\"kind\":\"completed\"}}}}}}\n",
+            s + 1,
+            s + 2,
+            s + 3,
+            s + 4,
+            t = turn + 1
+        ));
+    }
+    std::fs::write(dir.join("session.jsonl"), &log).expect("write");
+    let mount = Mount::new(&copy.path, &["-o", "grace=0"]);
+    let before = bytes_read(mount.pid());
+    let ls = std::process::Command::new("ls")
+        .arg("-l")
+        .arg(mount.path())
+        .output()
+        .expect("ls");
+    assert!(ls.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&ls.stdout)
+            .lines()
+            .filter(|l| l.starts_with('d'))
+            .count(),
+        16
+    );
+    let listing = bytes_read(mount.pid()) - before;
+    assert!(
+        listing < 200_000,
+        "listing the root read {listing} bytes; the logs hold {} bytes",
+        log.len()
+    );
+    // Reading a small session reads nothing of the big one.
+    let before = bytes_read(mount.pid());
+    std::fs::read(session_dir(mount.path(), "release-notes").join("surface.jsonl")).expect("read");
+    let small = bytes_read(mount.pid()) - before;
+    assert!(
+        small < 1_000_000,
+        "reading one small session read {small} bytes"
+    );
+    // The big session itself mounts and lists.
+    let big = session_dir(mount.path(), "big");
+    assert_eq!(
+        std::fs::read_dir(big.join("events"))
+            .expect("events")
+            .count(),
+        7500
+    );
+    assert_eq!(
+        std::fs::read_to_string(big.join("surface.jsonl"))
+            .expect("surface")
+            .lines()
+            .count(),
+        1500
+    );
+}
