@@ -199,17 +199,7 @@ fn generate(seed: u64) -> Log {
 }
 
 fn header(id: &str) -> SessionHeader {
-    SessionHeader {
-        version: 0.into(),
-        id: id.into(),
-        created_at: 1,
-        cwd: None,
-        parent_session: None,
-        seed_length: None,
-        origin: None,
-        delegation_depth: None,
-        agent_preset: None,
-    }
+    SessionHeader::new(id, 1)
 }
 
 #[test]

@@ -1,8 +1,6 @@
 //! The control files' grammar and read-back, in the manner of Plan 9 `ctl` files:
 //! one write is one command; reading shows what happened.
 
-use std::io::Read;
-
 use crate::render::format_time;
 
 /// A fork this mount made.
@@ -66,47 +64,15 @@ pub fn parse_flush_command(data: &[u8]) -> Result<(), String> {
     }
 }
 
-/// A random (version 4) UUID, lowercase, from the kernel's random source.
-pub fn uuid_v4() -> String {
-    let mut bytes = [0u8; 16];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .is_err()
-    {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos()
-            ^ (u128::from(std::process::id()) << 64);
-        bytes = seed.to_le_bytes();
-    }
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn flush_commands_and_uuids() {
+    fn flush_commands() {
         assert!(parse_flush_command(b"\n").is_ok());
         assert!(parse_flush_command(b"").is_ok());
         assert!(parse_flush_command(b"flush\n").is_ok());
         assert!(parse_flush_command(b"now please\n").is_err());
-        let id = uuid_v4();
-        assert_eq!(id.len(), 36);
-        assert_eq!(&id[14..15], "4");
-        assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"));
-        assert_ne!(uuid_v4(), id);
     }
 }

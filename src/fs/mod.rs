@@ -111,6 +111,8 @@ struct Table {
     slots: Vec<Arc<Slot>>,
     by_name: BTreeMap<String, u32>,
     listed_at: Option<Instant>,
+    /// The store's listing revision at the last listing.
+    listed_revision: Option<String>,
 }
 
 /// An open file: a snapshot of its bytes, so a reader never sees size and content
@@ -202,6 +204,21 @@ impl SessionFs {
         {
             return;
         }
+        let revision = self.store.listing_revision();
+        let unchanged = revision.is_some()
+            && revision
+                == self
+                    .table
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .listed_revision;
+        if unchanged {
+            self.table
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .listed_at = Some(Instant::now());
+            return;
+        }
         let listings = self.store.list();
         let mut by_id: BTreeMap<String, Vec<Listing>> = BTreeMap::new();
         for listing in listings {
@@ -231,6 +248,7 @@ impl SessionFs {
             Self::add_slot(&mut table, name, id, listing, source, refusal);
         }
         table.listed_at = Some(Instant::now());
+        table.listed_revision = revision;
     }
 
     fn add_slot(
@@ -360,15 +378,18 @@ impl SessionFs {
         guard
     }
 
-    /// Drops the least recently used views while the cache is over budget.
-    fn evict_beyond_budget(&self, keep: &Slot) {
-        let slots: Vec<Arc<Slot>> = self
-            .table
+    fn all_slots(&self) -> Vec<Arc<Slot>> {
+        self.table
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .slots
-            .clone();
-        let mut loaded: Vec<(u64, usize, Arc<Slot>)> = slots
+            .clone()
+    }
+
+    /// Drops the least recently used views while the cache is over budget.
+    fn evict_beyond_budget(&self, keep: &Slot) {
+        let mut loaded: Vec<(u64, usize, Arc<Slot>)> = self
+            .all_slots()
             .into_iter()
             .filter_map(|s| {
                 let memory = s.view.try_lock().ok()?.as_ref()?.memory();
@@ -394,7 +415,6 @@ impl SessionFs {
     /// Re-checks every loaded session against the store and returns the inodes
     /// whose content changed, so the adapter can tell the kernel to drop its caches.
     pub fn poll_changes(&self) -> Vec<u64> {
-        self.relist(Duration::ZERO);
         let slots: Vec<(u32, Arc<Slot>)> = {
             let table = self.table.read().unwrap_or_else(|p| p.into_inner());
             table
@@ -603,13 +623,7 @@ impl SessionFs {
 
     /// Slots whose header names `parent_id` as their parent.
     fn children_of(&self, parent_id: &str) -> Vec<u32> {
-        let slots: Vec<Arc<Slot>> = self
-            .table
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .slots
-            .clone();
-        slots
+        self.all_slots()
             .iter()
             .enumerate()
             .filter(|(_, s)| {
@@ -1017,7 +1031,11 @@ impl SessionFs {
                 name
             }
             None => loop {
-                let id = format!("session-{}", control::uuid_v4());
+                let uuid = crate::random::uuid_v4().map_err(|e| Error::Io {
+                    errno: libc::EIO,
+                    message: format!("cannot make a child id: {e}"),
+                })?;
+                let id = format!("session-{uuid}");
                 if !self.store.contains(&id) && self.slot_by_id(&id).is_none() {
                     break id;
                 }

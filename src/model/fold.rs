@@ -157,14 +157,7 @@ mod tests {
     fn header(id: &str, version: i64) -> SessionHeader {
         SessionHeader {
             version: version.into(),
-            id: id.into(),
-            created_at: 1,
-            cwd: None,
-            parent_session: None,
-            seed_length: None,
-            origin: None,
-            delegation_depth: None,
-            agent_preset: None,
+            ..SessionHeader::new(id, 1)
         }
     }
 

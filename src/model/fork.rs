@@ -80,15 +80,10 @@ pub fn child_header(
     now_ms: i64,
 ) -> SessionHeader {
     SessionHeader {
-        version: 0.into(),
-        id: child_id.to_string(),
-        created_at: now_ms,
         cwd: parent.cwd.clone(),
         parent_session: Some(parent.id.clone()),
         seed_length: Some(boundary + 1),
-        origin: None,
-        delegation_depth: None,
-        agent_preset: None,
+        ..SessionHeader::new(child_id, now_ms)
     }
 }
 

@@ -20,6 +20,21 @@ pub struct SessionHeader {
 }
 
 impl SessionHeader {
+    /// A format-v0 header with only an id and a creation time.
+    pub fn new(id: &str, created_at: i64) -> SessionHeader {
+        SessionHeader {
+            version: 0.into(),
+            id: id.to_string(),
+            created_at,
+            cwd: None,
+            parent_session: None,
+            seed_length: None,
+            origin: None,
+            delegation_depth: None,
+            agent_preset: None,
+        }
+    }
+
     /// Parses a JSONL header line's object (spec §10.3). `Err` is the reason it is
     /// not a session header.
     pub fn from_jsonl(line: &JsonMap) -> Result<SessionHeader, String> {

@@ -482,7 +482,7 @@ impl JsonlStore {
         let tmp = session_dir.join(format!(
             "{}.{}.tmp",
             final_path.file_name().unwrap_or_default().to_string_lossy(),
-            random_hex(12)
+            crate::random::hex(12)?
         ));
         let mut file = OpenOptions::new()
             .write(true)
@@ -550,6 +550,25 @@ impl Backend for JsonlStore {
             }
         }
         out
+    }
+
+    fn listing_revision(&self) -> Option<String> {
+        // New sessions change the mtime of their project directory (a new session
+        // directory) or of their session directory (the log linked into place).
+        let mut revision = String::new();
+        let mut add = |path: &Path| {
+            let meta = std::fs::symlink_metadata(path).ok()?;
+            revision.push_str(&format!("{}.{};", meta.mtime(), meta.mtime_nsec()));
+            Some(())
+        };
+        add(&self.root)?;
+        for (_, project) in Self::subdirs(&self.root) {
+            add(&project)?;
+            for (_, session) in Self::subdirs(&project) {
+                add(&session)?;
+            }
+        }
+        Some(revision)
     }
 
     fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal> {
@@ -847,25 +866,4 @@ fn make_private_dir(dir: &Path, parent: &Path) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(e),
     }
-}
-
-/// Lowercase hex from the kernel's random source.
-pub fn random_hex(chars: usize) -> String {
-    let mut bytes = vec![0u8; chars.div_ceil(2)];
-    if File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .is_err()
-    {
-        // Fall back to time and pid: unique enough for a temp file name.
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos()
-            ^ u128::from(std::process::id());
-        bytes
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, b)| *b = (seed >> ((i % 16) * 8)) as u8);
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()[..chars].to_string()
 }

@@ -117,6 +117,12 @@ pub trait Backend: Send + Sync {
     /// Every session, from headers alone (never whole logs).
     fn list(&self) -> Vec<Listing>;
 
+    /// A cheap identity of the set of sessions: while it is unchanged, listing
+    /// again would find nothing new. `None` when the store cannot tell.
+    fn listing_revision(&self) -> Option<String> {
+        None
+    }
+
     /// The header of one session, reading only its header.
     fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal>;
 

@@ -8,7 +8,6 @@
 //! transaction (spec §11.5, §11.7).
 
 use std::borrow::Cow;
-use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
@@ -295,9 +294,10 @@ impl SqliteStore {
         header: &SessionHeader,
         events: &[JsonMap],
     ) -> io::Result<(SessionRow, Vec<NewEventRow>)> {
-        let session = SessionRow::for_new_session(header, random_uuid_v4()?).map_err(|reason| {
-            invalid_input(format!("cannot store the session header: {reason}"))
-        })?;
+        let session =
+            SessionRow::for_new_session(header, crate::random::uuid_v4()?).map_err(|reason| {
+                invalid_input(format!("cannot store the session header: {reason}"))
+            })?;
         for (index, event) in events.iter().enumerate() {
             let seq = check_envelope(event).map_err(invalid_input)?;
             if seq != index as u64 {
@@ -684,21 +684,6 @@ fn write_error(path: &Path, error: rusqlite::Error) -> io::Error {
 }
 
 /// A fresh lowercase UUID v4, as the Harness uses for `incarnation`.
-fn random_uuid_v4() -> io::Result<String> {
-    let mut bytes = [0u8; 16];
-    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    ))
-}
 
 /// `^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, any case.
 fn is_uuid(text: &str) -> bool {
@@ -1769,15 +1754,10 @@ mod tests {
 
     fn child_header(id: &str) -> SessionHeader {
         SessionHeader {
-            version: 0.into(),
-            id: id.into(),
-            created_at: 1_780_000_000_000,
             cwd: Some("/workspace/orbit".into()),
             parent_session: Some("orbit-debug-tools".into()),
             seed_length: Some(3),
-            origin: None,
-            delegation_depth: None,
-            agent_preset: None,
+            ..SessionHeader::new(id, 1_780_000_000_000)
         }
     }
 
@@ -2091,7 +2071,8 @@ mod tests {
     #[test]
     fn session_rows_follow_the_null_rules() {
         let mut session =
-            SessionRow::for_new_session(&child_header("a"), random_uuid_v4().unwrap()).unwrap();
+            SessionRow::for_new_session(&child_header("a"), crate::random::uuid_v4().unwrap())
+                .unwrap();
         assert!(matches!(&session.incarnation, Cell::Text(uuid) if is_uuid(uuid)));
         assert_eq!(session.header().unwrap(), child_header("a"));
         session.cwd = Cell::Text("relative/dir".into());
