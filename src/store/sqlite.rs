@@ -683,8 +683,6 @@ fn write_error(path: &Path, error: rusqlite::Error) -> io::Error {
     )
 }
 
-/// A fresh lowercase UUID v4, as the Harness uses for `incarnation`.
-
 /// `^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, any case.
 fn is_uuid(text: &str) -> bool {
     let groups: Vec<&str> = text.split('-').collect();
