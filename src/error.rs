@@ -15,6 +15,8 @@ pub enum Error {
     Invalid(String),
     /// A fork child name that is taken (EEXIST).
     Exists(String),
+    /// A fork child name longer than the store can hold (ENAMETOOLONG).
+    NameTooLong(String),
     /// A write to something that is not a control file, or on a read-only mount (EROFS).
     ReadOnly(String),
     /// Not a directory (ENOTDIR).
@@ -34,6 +36,7 @@ impl Error {
             Error::Unreadable(Refusal::Unsupported(_)) => libc::EOPNOTSUPP,
             Error::Invalid(_) => libc::EINVAL,
             Error::Exists(_) => libc::EEXIST,
+            Error::NameTooLong(_) => libc::ENAMETOOLONG,
             Error::ReadOnly(_) => libc::EROFS,
             Error::NotDir(_) => libc::ENOTDIR,
             Error::IsDir(_) => libc::EISDIR,
@@ -56,6 +59,7 @@ impl fmt::Display for Error {
             Error::NotFound(m)
             | Error::Invalid(m)
             | Error::Exists(m)
+            | Error::NameTooLong(m)
             | Error::ReadOnly(m)
             | Error::NotDir(m)
             | Error::IsDir(m)

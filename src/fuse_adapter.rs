@@ -27,6 +27,15 @@ impl FuseAdapter {
     pub fn new(fs: Arc<SessionFs>, ttl: Duration) -> FuseAdapter {
         FuseAdapter { fs, ttl }
     }
+
+    /// How long the kernel may cache a node's attributes.
+    fn attr_ttl(&self, ino: u64) -> Duration {
+        if crate::fs::is_rewritable(ino) {
+            Duration::ZERO
+        } else {
+            self.ttl
+        }
+    }
 }
 
 fn file_attr(attr: &Attr) -> FileAttr {
@@ -93,14 +102,23 @@ impl Filesystem for FuseAdapter {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match guarded("lookup", || self.fs.lookup(parent.0, name_str(name)?)) {
-            Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), Generation(0)),
+            Ok(attr) => reply.entry_with_ttls(
+                &self.attr_ttl(attr.ino),
+                &self.ttl,
+                &file_attr(&attr),
+                Generation(0),
+            ),
             Err(errno) => reply.error(errno),
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match guarded("getattr", || self.fs.getattr(ino.0)) {
-            Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let result = guarded("getattr", || match fh {
+            Some(fh) => self.fs.getattr_open(ino.0, fh.0),
+            None => self.fs.getattr(ino.0),
+        });
+        match result {
+            Ok(attr) => reply.attr(&self.attr_ttl(attr.ino), &file_attr(&attr)),
             Err(errno) => reply.error(errno),
         }
     }

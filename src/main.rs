@@ -244,19 +244,31 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
         })
         .map_err(|e| e.to_string())?;
     let mountpoint = options.mountpoint.clone();
+    let writeback = fs.writeback();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            let mut signal = 0;
-            // SAFETY: `signals` is an initialised set; sigwait writes one signal number.
-            unsafe { libc::sigwait(&signals, &mut signal) };
-            log::info!("signal {signal}: unmounting {}", mountpoint.display());
-            if let Err(e) = unmounter.unmount() {
-                log::warn!("unmount after signal {signal} failed ({e}); detaching lazily");
-                if let Ok(path) = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
-                {
-                    // SAFETY: a valid NUL-terminated path.
-                    unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
+            // Each signal first makes pending writes durable (a service manager may
+            // follow with SIGKILL), then unmounts, lazily when files are still open.
+            loop {
+                let mut signal = 0;
+                // SAFETY: `signals` is an initialised set; sigwait writes one signal number.
+                unsafe { libc::sigwait(&signals, &mut signal) };
+                log::info!(
+                    "signal {signal}: flushing and unmounting {}",
+                    mountpoint.display()
+                );
+                if let Err(why) = writeback.flush(None) {
+                    log::error!("flush at signal {signal} failed: {why}");
+                }
+                if let Err(e) = unmounter.unmount() {
+                    log::warn!("unmount after signal {signal} failed ({e}); detaching lazily");
+                    if let Ok(path) =
+                        std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
+                    {
+                        // SAFETY: a valid NUL-terminated path.
+                        unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
+                    }
                 }
             }
         })

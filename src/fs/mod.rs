@@ -221,12 +221,31 @@ impl SessionFs {
         }
         let listings = self.store.list();
         let mut by_id: BTreeMap<String, Vec<Listing>> = BTreeMap::new();
+        let mut by_path = Vec::new();
         for listing in listings {
-            by_id.entry(listing.id.clone()).or_default().push(listing);
+            // A directory whose name is no valid id encoding (and whose header cannot
+            // be read) is shown under that raw name, which no real id maps to.
+            match &listing.raw_name {
+                Some(_) => by_path.push(listing),
+                None => by_id.entry(listing.id.clone()).or_default().push(listing),
+            }
         }
         let mut table = self.table.write().unwrap_or_else(|p| p.into_inner());
+        for listing in by_path {
+            let name = listing.raw_name.clone().unwrap_or_default();
+            if !table.by_name.contains_key(&name) {
+                let source = Source::Store(listing.key.clone());
+                Self::add_slot(&mut table, name, listing.id.clone(), listing, source, None);
+            }
+        }
         for (id, mut group) in by_id {
-            let name = encode_segment(&id).unwrap_or_else(|| "~".to_string());
+            let Some(name) = mount_name(&id).filter(|n| n.len() <= NAME_MAX) else {
+                let shown: String = id.chars().take(40).collect();
+                log::warn!(
+                    "session {shown:?}… is not shown: its name would be longer than {NAME_MAX} bytes"
+                );
+                continue;
+            };
             if let Some(&slot) = table.by_name.get(&name) {
                 // Known: a pending child may have become durable meanwhile.
                 if group.len() == 1 {
@@ -294,7 +313,7 @@ impl SessionFs {
     }
 
     fn slot_by_id(&self, id: &str) -> Option<u32> {
-        encode_segment(id).and_then(|name| self.slot_by_name(&name))
+        mount_name(id).and_then(|name| self.slot_by_name(&name))
     }
 
     fn backend_of(&self, slot: &Slot) -> (Arc<dyn Backend>, SessionKey) {
@@ -316,11 +335,7 @@ impl SessionFs {
         let mut view = lock(&slot.view);
         *lock(&slot.source) = Source::Store(key.clone());
         if let Ok(header) = self.store.header(&key) {
-            *lock(&slot.listing) = Listing {
-                id: id.to_string(),
-                key,
-                header: Ok(header),
-            };
+            *lock(&slot.listing) = Listing::of(header, key);
         }
         *view = None;
     }
@@ -611,10 +626,7 @@ impl SessionFs {
                     .header()
                     .and_then(|h| h.parent_session.clone())
                     .ok_or_else(|| Error::NotFound("no parent".into()))?;
-                Ok(format!(
-                    "../{}",
-                    encode_segment(&parent).unwrap_or_default()
-                ))
+                Ok(format!("../{}", mount_name(&parent).unwrap_or_default()))
             }
             Node::Child(child) => Ok(format!("../../{}", self.slot(child)?.name)),
             _ => Err(Error::Invalid("not a symlink".into())),
@@ -739,11 +751,19 @@ impl SessionFs {
                     kind: Kind::File,
                     name: "flush".into(),
                 }];
-                entries.extend(table.by_name.iter().map(|(name, number)| DirEntry {
-                    ino: Ino::Session(*number, Node::Dir).encode(),
-                    kind: Kind::Dir,
-                    name: name.clone(),
-                }));
+                // Slot order: slots are only ever appended, so a listing offset keeps
+                // naming the same entry while sessions appear mid-listing.
+                entries.extend(
+                    table
+                        .slots
+                        .iter()
+                        .enumerate()
+                        .map(|(number, slot)| DirEntry {
+                            ino: Ino::Session(number as u32, Node::Dir).encode(),
+                            kind: Kind::Dir,
+                            name: slot.name.clone(),
+                        }),
+                );
                 Ok(entries)
             }
             Ino::Session(number, Node::Dir) => {
@@ -809,7 +829,7 @@ impl SessionFs {
     // ---- open, read, write ------------------------------------------------------
 
     /// Opens a file; returns the handle and whether reads must bypass the page
-    /// cache (control files, whose content is computed per read).
+    /// cache (control files, computed per read, and views that can be rewritten).
     pub fn open(&self, ino: u64, write: bool) -> Result<(u64, bool)> {
         let decoded =
             Ino::decode(ino).ok_or_else(|| Error::NotFound(format!("unknown inode {ino}")))?;
@@ -833,7 +853,10 @@ impl SessionFs {
         };
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
         lock(&self.handles).insert(fh, Handle { ino, content });
-        Ok((fh, is_control))
+        // The page cache is shared by every open of an inode, so it could mix the
+        // bytes of two snapshots; files that can be rewritten bypass it. Logged
+        // events never change and keep the cache.
+        Ok((fh, is_control || is_rewritable(ino)))
     }
 
     /// The current bytes of a generated file.
@@ -913,20 +936,47 @@ impl SessionFs {
             }
             _ => {}
         }
-        // A file that only grew since it was opened may be read further (tail -f);
-        // a rewritten one keeps serving the snapshot taken at open.
-        if offset + u64::from(size) > content.bytes.len() as u64
-            && let Ok(current) = self.content(decoded)
-            && current.lineage == content.lineage
-            && current.bytes.len() > content.bytes.len()
-            && current.bytes.starts_with(&content.bytes)
-        {
-            content = current;
-            if let Some(handle) = lock(&self.handles).get_mut(&fh) {
-                handle.content = content.clone();
-            }
+        if offset + u64::from(size) > content.bytes.len() as u64 {
+            content = self.follow_growth(fh, decoded, content);
         }
         Ok(slice(&content.bytes, offset, size))
+    }
+
+    /// A file that only grew since it was opened may be read further (`tail -f`);
+    /// a rewritten one keeps serving the snapshot taken at open.
+    fn follow_growth(&self, fh: u64, ino: Ino, content: Content) -> Content {
+        match self.content(ino) {
+            Ok(current)
+                if current.lineage == content.lineage
+                    && current.bytes.len() > content.bytes.len()
+                    && current.bytes.starts_with(&content.bytes) =>
+            {
+                if let Some(handle) = lock(&self.handles).get_mut(&fh) {
+                    handle.content = current.clone();
+                }
+                current
+            }
+            _ => content,
+        }
+    }
+
+    /// Attributes as seen through an open file: its size is the size of the
+    /// snapshot that handle reads, so `fstat` and `read` never disagree.
+    pub fn getattr_open(&self, ino: u64, fh: u64) -> Result<Attr> {
+        let mut attr = self.getattr(ino)?;
+        let held = lock(&self.handles)
+            .get(&fh)
+            .filter(|h| h.ino == ino)
+            .map(|h| h.content.clone());
+        if let (Some(content), Some(decoded)) = (held, Ino::decode(ino))
+            && !matches!(
+                decoded,
+                Ino::RootFlush | Ino::Session(_, Node::Fork | Node::Flush)
+            )
+        {
+            attr.size = self.follow_growth(fh, decoded, content).bytes.len() as u64;
+        }
+        Ok(attr)
     }
 
     pub fn release(&self, fh: u64) {
@@ -982,6 +1032,9 @@ impl SessionFs {
         let result = self.fork(&slot, data).map_err(|e| match e {
             Error::Invalid(m) => Error::Invalid(format!("fork of {:?} refused: {m}", slot.id)),
             Error::Exists(m) => Error::Exists(format!("fork of {:?} refused: {m}", slot.id)),
+            Error::NameTooLong(m) => {
+                Error::NameTooLong(format!("fork of {:?} refused: {m}", slot.id))
+            }
             other => other,
         });
         let mut log = lock(&slot.control);
@@ -1047,13 +1100,15 @@ impl SessionFs {
             .as_millis() as i64;
         let header = crate::model::fork::child_header(&parent_header, &child_id, boundary, now);
         let events = crate::model::fork::child_events(seed, now);
-        let name = encode_segment(&child_id)
+        let name = mount_name(&child_id)
             .ok_or_else(|| Error::Invalid("the child name is empty".into()))?;
-        let listing = Listing {
-            id: child_id.clone(),
-            key: SessionKey::Row(child_id.clone()),
-            header: Ok(header.clone()),
-        };
+        // The store keeps one directory per session, named by the encoded id.
+        if encode_segment(&child_id).is_some_and(|segment| segment.len() > NAME_MAX) {
+            return Err(Error::NameTooLong(format!(
+                "the child name {child_id:?} encodes to more than {NAME_MAX} bytes"
+            )));
+        }
+        let listing = Listing::of(header.clone(), SessionKey::Row(child_id.clone()));
         self.writeback.submit(header, events);
         {
             let mut table = self.table.write().unwrap_or_else(|p| p.into_inner());
@@ -1084,6 +1139,34 @@ impl SessionFs {
             .slots
             .len()
     }
+}
+
+/// The longest directory name shown: Linux's NAME_MAX. Tools such as tar and
+/// rsync cannot handle longer names, and JSONL stores cannot hold them.
+const NAME_MAX: usize = 255;
+
+/// A session's directory name in the mount: the Harness's own id encoding, except
+/// that the id `flush` is shown as `~0066lush` (an escape no id encodes to), so the
+/// root control file keeps its name and never collides with a session.
+pub fn mount_name(id: &str) -> Option<String> {
+    match encode_segment(id)? {
+        name if name == "flush" => Some("~0066lush".into()),
+        name => Some(name),
+    }
+}
+
+/// Generated files whose content can be replaced, not only extended, while
+/// mounted (a new title, a compaction, closers giving way to logged events):
+/// their attributes are never cached by the kernel and reads bypass the page
+/// cache, so `fstat` and `read` on one descriptor always agree.
+pub fn is_rewritable(ino: u64) -> bool {
+    matches!(
+        Ino::decode(ino),
+        Some(Ino::Session(
+            _,
+            Node::Header | Node::Surface | Node::Transcript | Node::Index
+        ))
+    )
 }
 
 fn view_file(node: Node) -> ViewFile {

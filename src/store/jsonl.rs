@@ -460,7 +460,7 @@ impl JsonlStore {
         make_private_dir(&project, &self.root)?;
         make_private_dir(&session_dir, &project)?;
         let final_path = session_dir.join(if zstd { ZSTD_NAME } else { RAW_NAME });
-        if final_path.exists() {
+        if std::fs::symlink_metadata(&final_path).is_ok() {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
                 format!("{} already exists", final_path.display()),
@@ -520,10 +520,12 @@ impl Backend for JsonlStore {
                         .strip_suffix(".jsonl.zstd")
                         .or_else(|| name.strip_suffix(".jsonl"));
                     if let (true, Some(stem)) = (is_file, stem) {
+                        let decoded = decode_segment(stem);
                         out.push(Listing {
-                            id: decode_segment(stem).unwrap_or_else(|| stem.to_string()),
+                            id: decoded.clone().unwrap_or_else(|| stem.to_string()),
                             key: SessionKey::File(entry.path()),
                             header: Err("obsolete flat layout: a session log directly inside a project directory; move it to <project>/<id>/session.jsonl".into()),
+                            raw_name: decoded.is_none().then(|| stem.to_string()),
                         });
                     }
                 }
@@ -537,14 +539,16 @@ impl Backend for JsonlStore {
                     let header = self
                         .read_header(&path)
                         .and_then(|h| self.check_identity(&path, &h).map(|_| h));
-                    let id = match &header {
-                        Ok(h) => h.id.clone(),
-                        Err(_) => decode_segment(&segment).unwrap_or_else(|| segment.clone()),
+                    let (id, raw_name) = match (&header, decode_segment(&segment)) {
+                        (Ok(h), _) => (h.id.clone(), None),
+                        (Err(_), Some(id)) => (id, None),
+                        (Err(_), None) => (segment.clone(), Some(segment.clone())),
                     };
                     out.push(Listing {
                         id,
                         key: SessionKey::File(path),
                         header,
+                        raw_name,
                     });
                 }
             }
@@ -734,9 +738,18 @@ impl Backend for JsonlStore {
         let Some(segment) = encode_segment(id) else {
             return false;
         };
+        // Anything at the session's path takes the name, except an empty directory
+        // left by an interrupted materialisation; nothing is followed.
+        let exists = |path: &Path| std::fs::symlink_metadata(path).is_ok();
         Self::subdirs(&self.root).iter().any(|(_, project)| {
             let dir = project.join(&segment);
-            dir.join(RAW_NAME).exists() || dir.join(ZSTD_NAME).exists()
+            match std::fs::symlink_metadata(&dir) {
+                Ok(meta) if meta.is_dir() => {
+                    exists(&dir.join(RAW_NAME)) || exists(&dir.join(ZSTD_NAME))
+                }
+                Ok(_) => true,
+                Err(_) => false,
+            }
         })
     }
 }
@@ -860,10 +873,24 @@ fn append_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// `mkdir` with mode 0700, then fsync the parent so the new entry is durable.
+/// An existing directory is used only if it is a real one: never write through a
+/// symlink out of the store.
 fn make_private_dir(dir: &Path, parent: &Path) -> io::Result<()> {
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => File::open(parent)?.sync_all(),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            if std::fs::symlink_metadata(dir)?.is_dir() {
+                Ok(())
+            } else {
+                Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!(
+                        "{} exists and is not a directory (a symlink is not followed)",
+                        dir.display()
+                    ),
+                ))
+            }
+        }
         Err(e) => Err(e),
     }
 }

@@ -55,11 +55,7 @@ impl Backend for MemoryStore {
         let sessions = self.sessions.read().unwrap_or_else(|p| p.into_inner());
         sessions
             .iter()
-            .map(|(id, (header, _))| Listing {
-                id: id.clone(),
-                key: SessionKey::Row(id.clone()),
-                header: Ok(header.clone()),
-            })
+            .map(|(id, (header, _))| Listing::of(header.clone(), SessionKey::Row(id.clone())))
             .collect()
     }
 

@@ -64,6 +64,21 @@ pub struct Listing {
     pub key: SessionKey,
     /// The stored header, or why it could not be read.
     pub header: Result<SessionHeader, String>,
+    /// For a session whose header cannot be read and whose directory name is no
+    /// valid id encoding: that name, to show it by (its id is unknown).
+    pub raw_name: Option<String>,
+}
+
+impl Listing {
+    /// A session whose header was read: it names the session.
+    pub fn of(header: SessionHeader, key: SessionKey) -> Listing {
+        Listing {
+            id: header.id.clone(),
+            key,
+            header: Ok(header),
+            raw_name: None,
+        }
+    }
 }
 
 /// A cheap identity of a session's stored bytes: when it is unchanged, nothing was

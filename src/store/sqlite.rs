@@ -367,6 +367,7 @@ impl Backend for SqliteStore {
                     id: id.clone(),
                     key: SessionKey::Row(id.clone()),
                     header: row.header(),
+                    raw_name: None,
                 })
             })
             .collect()
