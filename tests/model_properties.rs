@@ -215,11 +215,7 @@ fn derived_views_equal_a_naive_reference_fold() {
             .collect();
         store.insert(header(&id), events);
         let key = SessionKey::Row(id.clone());
-        let listing = Listing {
-            id: id.clone(),
-            key: key.clone(),
-            header: Ok(header(&id)),
-        };
+        let listing = Listing::of(header(&id), key.clone());
         let mut view = SessionView::load(&store, &listing, Duration::ZERO);
         assert!(
             view.error_text().is_none(),

@@ -30,7 +30,7 @@ pub const ZSTD_NAME: &str = "session.jsonl.zstd";
 
 /// The longest record (line) accepted; a longer one is refused, so a hostile file
 /// cannot make the mount allocate without bound.
-pub const MAX_RECORD_BYTES: usize = 256 << 20;
+pub const MAX_RECORD_BYTES: usize = 64 << 20;
 
 /// The longest header line read while listing.
 const MAX_HEADER_BYTES: usize = 1 << 20;

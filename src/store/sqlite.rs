@@ -39,7 +39,7 @@ const MAX_PACKED_DATA_BYTES: usize = 1 << 20;
 
 /// Scalar rows have no limit in the Harness. A BLOB that decompresses beyond
 /// this does not decode, rather than being allowed to exhaust memory.
-const MAX_SCALAR_DATA_BYTES: usize = 256 << 20;
+const MAX_SCALAR_DATA_BYTES: usize = 64 << 20;
 
 /// `data` JSON text of this many bytes or more is offered to zstd (spec §11.3).
 const COMPRESS_FROM_BYTES: usize = 4096;

@@ -8,7 +8,12 @@ pub const FRAME_MAGIC: u32 = 0xFD2F_B528;
 
 /// The largest plaintext one frame may decode to. A frame that claims or yields
 /// more is refused rather than allowed to exhaust memory.
-pub const MAX_FRAME_PLAINTEXT: usize = 256 << 20;
+pub const MAX_FRAME_PLAINTEXT: usize = 64 << 20;
+
+/// The most stored bytes one frame may take: its plaintext limit plus room for
+/// block headers. A longer frame cannot decode within the limit and is refused
+/// before it is held in memory.
+pub const MAX_FRAME_BYTES: usize = MAX_FRAME_PLAINTEXT + (MAX_FRAME_PLAINTEXT >> 4);
 
 /// One step of the structural scan.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -187,12 +192,18 @@ impl<R: Read> FrameReader<R> {
                     self.start = self.buffer.len();
                     return Ok(Frame::Torn(&self.buffer[torn]));
                 }
+                FrameScan::Torn if available.len() > MAX_FRAME_BYTES => {
+                    return Ok(Frame::Corrupt(format!(
+                        "a frame longer than {MAX_FRAME_BYTES} bytes"
+                    )));
+                }
                 FrameScan::Torn => {
-                    // Drop consumed frames, then read more of this one.
+                    // Drop consumed frames, then read more of this one. Reads grow with
+                    // the frame, so a long frame is rescanned only a few times.
                     self.buffer.drain(..self.start);
                     self.start = 0;
                     let before = self.buffer.len();
-                    self.buffer.resize(before + (256 << 10), 0);
+                    self.buffer.resize(before + before.max(256 << 10), 0);
                     let read = self.source.read(&mut self.buffer[before..])?;
                     self.buffer.truncate(before + read);
                     self.eof = read == 0;

@@ -269,6 +269,17 @@ impl SessionView {
             .map(|seq| indexed.event(backend, &self.key, seq))
             .collect::<Result<Vec<_>, _>>()
             .ok()?;
+        // Write only what this reader accepts back: closers copy fields of the
+        // stored turn unchecked (a turn that is no number, a call with an empty
+        // id), and a stored log that cannot be read is worse than one left open.
+        let mut check = indexed.fold.clone();
+        if let Some(refusal) = indexed.closers.iter().find_map(|c| check.observe(c).err()) {
+            log::warn!(
+                "not repairing session {:?}: its closers would not read back: {refusal}",
+                self.id
+            );
+            return None;
+        }
         let tail = recovered
             .into_iter()
             .chain(indexed.closers.iter().cloned())
