@@ -1,0 +1,242 @@
+//! Helpers shared by the fuzz targets: one scratch directory per process, a JSONL
+//! store holding the one session a target writes, and the checks every
+//! backend target makes (fetch agrees with scan, a scan resumes where it
+//! stopped, a readable session renders every file, a repair leaves a clean log).
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::Value;
+use sessionfs::json::JsonMap;
+use sessionfs::model::Refusal;
+use sessionfs::model::header::SessionHeader;
+use sessionfs::model::ids::{encode_segment, project_dir};
+use sessionfs::store::jsonl::{JsonlStore, RAW_NAME, ZSTD_NAME};
+use sessionfs::store::{Backend, EventLoc, Listing, ScanEnd, ScanPoint, SessionKey};
+use sessionfs::view::{SessionView, ViewFile};
+
+/// A directory private to this process (on tmpfs when there is one). Scratch
+/// directories of fuzzers that are gone are removed on the way.
+pub fn scratch(target: &str) -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let shm = Path::new("/dev/shm");
+        let base = if shm.is_dir() {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        }
+        .join("sessionfs-fuzz");
+        std::fs::create_dir_all(&base).expect("cannot create the fuzz scratch directory");
+        for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = name.rsplit('-').next().and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        let dir = base.join(format!("{target}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("cannot create the fuzz scratch directory");
+        dir
+    })
+}
+
+/// The header a first line names, if it is one.
+pub fn header_of(line: &[u8]) -> Option<SessionHeader> {
+    let value: Value = serde_json::from_slice(line).ok()?;
+    SessionHeader::from_jsonl(value.as_object()?).ok()
+}
+
+/// Replaces the store under `root` with one session file holding `bytes`, at the
+/// path its header names (so the identity check passes and the session is read)
+/// or, when there is no usable header, at `_no-cwd/s/`.
+pub fn write_session(
+    root: &Path,
+    header: Option<&SessionHeader>,
+    zstd: bool,
+    bytes: &[u8],
+) -> PathBuf {
+    let _ = std::fs::remove_dir_all(root);
+    std::fs::create_dir_all(root).expect("cannot create the fuzz store");
+    let file = if zstd { ZSTD_NAME } else { RAW_NAME };
+    if let Some(header) = header
+        && let Some(segment) = encode_segment(&header.id)
+    {
+        let dir = root.join(project_dir(header.cwd.as_deref())).join(segment);
+        if std::fs::create_dir_all(&dir).is_ok() && std::fs::write(dir.join(file), bytes).is_ok() {
+            return dir.join(file);
+        }
+    }
+    let dir = root.join("_no-cwd").join("s");
+    std::fs::create_dir_all(&dir).expect("cannot create the fuzz session directory");
+    std::fs::write(dir.join(file), bytes).expect("cannot write the fuzz session");
+    dir.join(file)
+}
+
+/// Opens the store at `root` (afresh, so no cache outlives the file it was
+/// filled from) and runs every check on the session at `path`.
+pub fn check_jsonl_session(root: &Path, path: &Path) {
+    let store = JsonlStore::open(root).expect("the fuzz store does not open");
+    let key = SessionKey::File(path.canonicalize().unwrap_or_else(|_| path.to_path_buf()));
+    let listing = store.list().into_iter().find(|l| l.key == key);
+    check_scans(&store, &key);
+    if let Some(listing) = listing {
+        check_view(&store, &listing, true);
+    }
+}
+
+fn text(event: &JsonMap) -> String {
+    serde_json::to_string(event).expect("an event does not serialise")
+}
+
+/// What a scan returned, and the events its sink was handed.
+pub type Scanned = (
+    Result<(ScanPoint, ScanEnd), Refusal>,
+    Vec<(EventLoc, JsonMap)>,
+);
+
+/// Scans from `from`, collecting what the sink was handed.
+pub fn scan_from(store: &dyn Backend, key: &SessionKey, from: &ScanPoint) -> Scanned {
+    let mut events = Vec::new();
+    let mut sink = |loc: EventLoc, event: JsonMap| -> Result<(), Refusal> {
+        events.push((loc, event));
+        Ok(())
+    };
+    let result = store.scan(key, from, &mut sink);
+    (result, events)
+}
+
+/// Every event a scan hands out can be fetched again by its location, and a
+/// scan resumed from the point a scan returned continues it exactly.
+pub fn check_scans(store: &dyn Backend, key: &SessionKey) {
+    let (result, events) = scan_from(store, key, &ScanPoint::default());
+    for (loc, event) in &events {
+        match store.fetch(key, *loc) {
+            Ok(fetched) => assert_eq!(
+                text(&fetched),
+                text(event),
+                "fetch({loc:?}) differs from the scanned event"
+            ),
+            Err(refusal) => panic!("fetch({loc:?}) of a scanned event fails: {refusal}"),
+        }
+    }
+    let Ok((point, _)) = result else { return };
+    assert!(
+        point.events as usize <= events.len(),
+        "the scan point {point:?} claims more than {} events",
+        events.len()
+    );
+    let (again, more) = scan_from(store, key, &point);
+    if let Err(refusal) = again {
+        panic!("a scan resumed at {point:?} fails though the full scan succeeded: {refusal}");
+    }
+    let resumed: Vec<String> = events[..point.events as usize]
+        .iter()
+        .chain(more.iter())
+        .map(|(_, e)| text(e))
+        .collect();
+    let full: Vec<String> = events.iter().map(|(_, e)| text(e)).collect();
+    assert_eq!(
+        resumed, full,
+        "a scan resumed at {point:?} does not continue the full scan"
+    );
+}
+
+/// Findings already reported, which the targets step over so that fuzzing can
+/// go on (`tests/fuzz_regressions.rs` keeps an example of each):
+///
+/// - F1: the crash-repair closers copy `turn` from the open `turn/start` and
+///   the call id from the assistant's tool-call block unchecked, so a stored
+///   `turn/start` without a safe integer `turn` ≥ 1, or a tool-call block with
+///   an empty id, gives closers that the reader's own checks refuse: the
+///   session is readable while its turn is open, and unreadable once the
+///   repair is written.
+///
+/// Anything else a closer is refused for is a new finding.
+pub fn known_closer_refusal(refusal: &Refusal) {
+    let message = refusal.message();
+    let f1 = message.contains("malformed pre-react-loop turn/end: turn is not a safe integer >= 1")
+        || message.contains("tool/result message source is not a tool source with a callId");
+    assert!(f1, "a crash-repair closer is refused: {message}");
+}
+
+/// Loads the session as the filesystem does and renders every file of it.
+/// With `repair`, a repair plan is applied and the repaired session must load
+/// with nothing torn and no turn left open.
+pub fn check_view(store: &dyn Backend, listing: &Listing, repair: bool) {
+    let mut view = SessionView::load(store, listing, Duration::ZERO);
+    let _ = view.error_text();
+    let _ = view.mtime();
+    let _ = view.memory();
+    let _ = view.header();
+    let key = view.key.clone();
+    let plan = view.repair_plan(store);
+    if let Some(indexed) = view.indexed_mut() {
+        for which in [
+            ViewFile::Header,
+            ViewFile::Surface,
+            ViewFile::Transcript,
+            ViewFile::Index,
+        ] {
+            if let Err(refusal) = indexed.file(store, &key, which) {
+                panic!("{which:?} of a readable session does not render: {refusal}");
+            }
+        }
+        let total = indexed.stored_count() + indexed.closers().len() as u64;
+        for i in 0..total.min(512) {
+            let _ = indexed.event_type(i);
+            let _ = indexed.event_name(i);
+            let _ = indexed.event_time(i);
+            if let Err(refusal) = indexed.event(store, &key, i) {
+                panic!("event {i} of a readable session cannot be read: {refusal}");
+            }
+        }
+    }
+    if let Some(indexed) = view.indexed() {
+        let mut fold = indexed.fold().clone();
+        for closer in indexed.closers() {
+            if let Err(refusal) = fold.observe(closer) {
+                known_closer_refusal(&refusal);
+                return;
+            }
+        }
+    }
+    let _ = view.refresh(store);
+    if !repair {
+        return;
+    }
+    let Some((keep, revision, tail)) = plan else {
+        return;
+    };
+    if store.repair(&key, &keep, &revision, &tail).is_err() {
+        return;
+    }
+    let relisted = store
+        .list()
+        .into_iter()
+        .find(|l| l.key == key)
+        .expect("the repaired session is no longer listed");
+    let repaired = SessionView::load(store, &relisted, Duration::ZERO);
+    match repaired.indexed() {
+        Some(indexed) => {
+            assert!(
+                indexed.torn().is_none(),
+                "the repaired session is still torn: {:?}",
+                indexed.torn()
+            );
+            assert!(
+                indexed.closers().is_empty(),
+                "the repaired session still needs closers: {:?}",
+                indexed.closers()
+            );
+        }
+        None => panic!(
+            "the session was readable but is not after its repair: {:?}",
+            repaired
+                .error_text()
+                .map(|t| String::from_utf8_lossy(&t).into_owned())
+        ),
+    }
+}
