@@ -393,6 +393,17 @@ impl Backend for SqliteStore {
         }
     }
 
+    /// The database's last write: the later of the file and its write-ahead log.
+    /// Per-session times are not stored, so a write to any session counts.
+    fn modified(&self, _key: &SessionKey) -> Option<std::time::SystemTime> {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        [self.path.clone(), PathBuf::from(wal)]
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+            .max()
+    }
+
     fn scan(
         &self,
         key: &SessionKey,
