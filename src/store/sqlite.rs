@@ -32,6 +32,9 @@ use crate::model::validate::check_envelope;
 const APPLICATION_ID: i64 = 0x4453_4850;
 
 /// The Harness's default busy timeout (spec §11.1).
+/// Rows read per read transaction while scanning.
+const SCAN_BATCH_ROWS: i64 = 4096;
+
 const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 
 /// The schema's limit on a packed row's `data` JSON, text or decompressed (spec §11.3).
@@ -62,8 +65,8 @@ const INSERT_SESSION: &str = "INSERT INTO sessions (id, version, created_at, cwd
 
 // Schema 14 has no `ignorable` column; selecting NULL in its place lets both
 // schemas share one row type.
-const ROWS_FROM_17: &str = "SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable FROM events WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq";
-const ROWS_FROM_14: &str = "SELECT seq, type, time, data, source_event_seqs, surface_op, NULL FROM events WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq";
+const ROWS_FROM_17: &str = "SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable FROM events WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3";
+const ROWS_FROM_14: &str = "SELECT seq, type, time, data, source_event_seqs, surface_op, NULL FROM events WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3";
 const ROW_AT_17: &str = "SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable FROM events WHERE session_id = ?1 AND seq = ?2";
 const ROW_AT_14: &str = "SELECT seq, type, time, data, source_event_seqs, surface_op, NULL FROM events WHERE session_id = ?1 AND seq = ?2";
 const INSERT_EVENT_17: &str = "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
@@ -412,46 +415,56 @@ impl Backend for SqliteStore {
     ) -> Result<(ScanPoint, ScanEnd), Refusal> {
         let id = row_id(key)?;
         let first_row = i64::try_from(from.offset).unwrap_or(i64::MAX);
-        // The session row and its event rows are read in one transaction, and the
-        // lock is released before the sink runs.
-        let rows = self.read(|tx| {
-            if !session_exists(tx, id)? {
-                return Ok(None);
-            }
-            let mut select = tx.prepare_cached(self.schema.rows_from_sql())?;
-            let rows = select
-                .query_map(params![id, first_row], PhysicalRow::read)?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            Ok(Some(rows))
-        })?;
-        let rows = rows.ok_or_else(|| self.gone(id))?;
-
         let mut scanner = TailScanner::new(from.events);
         let mut first_torn_row = None;
-        for row in &rows {
-            let expected = scanner.next_seq();
-            let gap = || {
-                format!(
-                    "corrupt session log: committed row at seq {} breaks seq contiguity (expected seq {expected})",
-                    row.seq
-                )
-            };
-            match scanner.feed(self.decode_for_scan(row), gap)? {
-                Some(events) => {
-                    for (member, event) in (0u32..).zip(events) {
-                        sink(
-                            EventLoc {
-                                record: row.seq,
-                                within: 0,
-                                member,
-                            },
-                            event,
-                        )?;
+        let mut next_row = first_row;
+        // Rows are read in batches, each in its own short read transaction, so
+        // memory stays bounded and a writer is never held up by a long read; the
+        // lock is released before the sink runs.
+        loop {
+            let rows = self.read(|tx| {
+                if !session_exists(tx, id)? {
+                    return Ok(None);
+                }
+                let mut select = tx.prepare_cached(self.schema.rows_from_sql())?;
+                let rows = select
+                    .query_map(params![id, next_row, SCAN_BATCH_ROWS], PhysicalRow::read)?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(Some(rows))
+            })?;
+            let rows = rows.ok_or_else(|| self.gone(id))?;
+            let Some(last) = rows.last() else { break };
+            next_row = i64::try_from(last.seq)
+                .unwrap_or(i64::MAX)
+                .saturating_add(1);
+            for row in &rows {
+                let expected = scanner.next_seq();
+                let gap = || {
+                    format!(
+                        "corrupt session log: committed row at seq {} breaks seq contiguity (expected seq {expected})",
+                        row.seq
+                    )
+                };
+                match scanner.feed(self.decode_for_scan(row), gap)? {
+                    Some(events) => {
+                        for (member, event) in (0u32..).zip(events) {
+                            sink(
+                                EventLoc {
+                                    record: row.seq,
+                                    within: 0,
+                                    member,
+                                },
+                                event,
+                            )?;
+                        }
+                    }
+                    None => {
+                        first_torn_row.get_or_insert(row.seq);
                     }
                 }
-                None => {
-                    first_torn_row.get_or_insert(row.seq);
-                }
+            }
+            if rows.len() < SCAN_BATCH_ROWS as usize {
+                break;
             }
         }
         let events = scanner.next_seq();
