@@ -11,17 +11,22 @@ fn fill(bytes: &mut [u8]) -> io::Result<()> {
 pub fn uuid_v4() -> io::Result<String> {
     let mut bytes = [0u8; 16];
     fill(&mut bytes)?;
+    Ok(format_uuid_v4(bytes))
+}
+
+/// Sixteen random bytes written as a version 4 UUID (version and variant bits set).
+pub fn format_uuid_v4(mut bytes: [u8; 16]) -> String {
     bytes[6] = (bytes[6] & 0x0f) | 0x40;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!(
+    format!(
         "{}-{}-{}-{}-{}",
         &hex[..8],
         &hex[8..12],
         &hex[12..16],
         &hex[16..20],
         &hex[20..]
-    ))
+    )
 }
 
 /// `chars` random lowercase hex digits.

@@ -294,17 +294,7 @@ pub fn uuid(rng: &mut Rng) -> String {
     for chunk in bytes.chunks_mut(8) {
         chunk.copy_from_slice(&rng.next_u64().to_le_bytes());
     }
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
+    sessionfs::random::format_uuid_v4(bytes)
 }
 
 /// Creates a fresh Harness schema-17 database, as the Harness initialises one (spec §11.1).
