@@ -332,11 +332,19 @@ impl SessionFs {
             return;
         };
         let Ok(slot) = self.slot(number) else { return };
+        // Listing and source change together, so no reader pairs one with the other.
+        let listing = match self.store.header(&key) {
+            Ok(header) => Listing::of(header, key.clone()),
+            Err(reason) => Listing {
+                id: id.to_string(),
+                key: key.clone(),
+                header: Err(reason.to_string()),
+                raw_name: None,
+            },
+        };
         let mut view = lock(&slot.view);
-        *lock(&slot.source) = Source::Store(key.clone());
-        if let Ok(header) = self.store.header(&key) {
-            *lock(&slot.listing) = Listing::of(header, key);
-        }
+        *lock(&slot.listing) = listing;
+        *lock(&slot.source) = Source::Store(key);
         *view = None;
     }
 
@@ -356,41 +364,45 @@ impl SessionFs {
 
     /// The session's view, loaded (and kept current) on demand.
     fn view<'a>(&self, slot: &'a Slot) -> MutexGuard<'a, Option<SessionView>> {
-        let mut guard = lock(&slot.view);
         slot.last_used.store(
             self.clock.fetch_add(1, Ordering::Relaxed),
             Ordering::Relaxed,
         );
-        let (backend, _) = self.backend_of(slot);
-        match guard.as_mut() {
-            None => {
-                let listing = lock(&slot.listing).clone();
-                let view = match &slot.refusal {
-                    Some(reason) => SessionView::refused(&listing, reason.clone()),
-                    None => SessionView::load(backend.as_ref(), &listing, self.config.grace),
-                };
-                if let Some(reason) = view_refusal(&view) {
-                    log::warn!("session {:?} cannot be read: {reason}", slot.id);
-                }
-                *guard = Some(view);
-                *lock(&slot.checked) = Instant::now();
-                drop(guard);
-                self.evict_beyond_budget(slot);
-                guard = lock(&slot.view);
-            }
-            Some(view) => {
-                let mut checked = lock(&slot.checked);
-                if checked.elapsed() >= self.config.recheck && slot.refusal.is_none() {
-                    *checked = Instant::now();
-                    if view.refresh(backend.as_ref())
-                        && let Some(number) = self.slot_by_name(&slot.name)
-                    {
-                        lock(&self.stale).extend(Self::session_inodes(number));
+        loop {
+            let mut guard = lock(&slot.view);
+            let (backend, _) = self.backend_of(slot);
+            match guard.as_mut() {
+                None => {
+                    let listing = lock(&slot.listing).clone();
+                    let view = match &slot.refusal {
+                        Some(reason) => SessionView::refused(&listing, reason.clone()),
+                        None => SessionView::load(backend.as_ref(), &listing, self.config.grace),
+                    };
+                    if let Some(reason) = view_refusal(&view) {
+                        log::warn!("session {:?} cannot be read: {reason}", slot.id);
                     }
+                    *guard = Some(view);
+                    *lock(&slot.checked) = Instant::now();
+                    drop(guard);
+                    // Other views may be dropped to stay in budget. This one may be
+                    // dropped meanwhile too (a fork child became durable): load again.
+                    self.evict_beyond_budget(slot);
+                }
+                Some(view) => {
+                    let mut checked = lock(&slot.checked);
+                    if checked.elapsed() >= self.config.recheck && slot.refusal.is_none() {
+                        *checked = Instant::now();
+                        if view.refresh(backend.as_ref())
+                            && let Some(number) = self.slot_by_name(&slot.name)
+                        {
+                            lock(&self.stale).extend(Self::session_inodes(number));
+                        }
+                    }
+                    drop(checked);
+                    return guard;
                 }
             }
         }
-        guard
     }
 
     fn all_slots(&self) -> Vec<Arc<Slot>> {
