@@ -274,12 +274,13 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
         })
         .map_err(|e| e.to_string())?;
 
-    log::info!("{description} mounted at {}", options.mountpoint.display());
     if let Some(mut pipe) = ready.take() {
         let _ = pipe.write_all(b"ok");
         drop(pipe);
         detach_stdio(options.log_file.as_deref());
     }
+    // Logged after detaching, so a daemon's --log-file starts with it.
+    log::info!("{description} mounted at {}", options.mountpoint.display());
     let result = session.run();
     let unwritten = fs.writeback().shutdown();
     if !unwritten.is_empty() {

@@ -343,7 +343,11 @@ fn daemon_mode_returns_once_mounted_and_exits_after_umount() {
     };
 
     let log = mnt_dir.path().join("stderr");
+    let daemon_log = mnt_dir.path().join("daemon.log");
     let mut child = Command::new(binary())
+        .arg("--log-file")
+        .arg(&daemon_log)
+        .env("RUST_LOG", "info")
         .arg(&store)
         .arg(&mnt)
         .stdin(Stdio::null())
@@ -396,6 +400,12 @@ fn daemon_mode_returns_once_mounted_and_exits_after_umount() {
         "the daemon to exit after umount",
         Duration::from_secs(10),
         || processes_with_arg(&mnt).is_empty(),
+    );
+    // The detached daemon logged to --log-file, not to the terminal it left.
+    let logged = std::fs::read_to_string(&daemon_log).expect("--log-file was written");
+    assert!(
+        logged.contains("mounted at") && logged.contains("unmounted"),
+        "{logged}"
     );
     drop(guard);
 }

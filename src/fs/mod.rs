@@ -183,14 +183,6 @@ impl SessionFs {
         self.writeback.clone()
     }
 
-    pub fn config(&self) -> &FsConfig {
-        &self.config
-    }
-
-    pub fn store_description(&self) -> String {
-        self.store.describe()
-    }
-
     // ---- the session table -------------------------------------------------
 
     /// Lists the store again when the last listing is older than `max_age`.

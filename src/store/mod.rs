@@ -17,26 +17,6 @@ use crate::json::JsonMap;
 use crate::model::Refusal;
 use crate::model::header::SessionHeader;
 
-/// The on-disk encodings sessionfs reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Encoding {
-    Jsonl,
-    JsonlZstd,
-    Sqlite14,
-    Sqlite17,
-}
-
-impl Encoding {
-    pub fn name(self) -> &'static str {
-        match self {
-            Encoding::Jsonl => "jsonl",
-            Encoding::JsonlZstd => "jsonl-zstd",
-            Encoding::Sqlite14 => "sqlite (schema 14)",
-            Encoding::Sqlite17 => "sqlite (schema 17)",
-        }
-    }
-}
-
 /// How a backend finds one session again.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum SessionKey {
