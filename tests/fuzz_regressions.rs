@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use sessionfs::json::JsonMap;
 use sessionfs::model::Refusal;
+use sessionfs::model::quick::Scanned;
 use sessionfs::store::jsonl::{JsonlStore, MAX_RECORD_BYTES};
 use sessionfs::store::sqlite::SqliteStore;
 use sessionfs::store::zstd_frames::{
@@ -84,12 +85,20 @@ fn scan(
     store: &dyn Backend,
     key: &SessionKey,
 ) -> (Result<(ScanPoint, ScanEnd), Refusal>, Vec<JsonMap>) {
-    let mut events = Vec::new();
-    let mut sink = |_: EventLoc, event: JsonMap| -> Result<(), Refusal> {
-        events.push(event);
+    let mut scanned = Vec::new();
+    let mut sink = |loc: EventLoc, event: Scanned| -> Result<(), Refusal> {
+        scanned.push((loc, event));
         Ok(())
     };
     let result = store.scan(key, &ScanPoint::default(), &mut sink);
+    // Chunks read quickly are fetched, to check whole events.
+    let events = scanned
+        .into_iter()
+        .map(|(loc, event)| match event {
+            Scanned::Event(event) => event,
+            Scanned::Chunk { .. } => store.fetch(key, loc).expect("a scanned chunk fetches"),
+        })
+        .collect();
     (result, events)
 }
 

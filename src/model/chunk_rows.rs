@@ -53,11 +53,11 @@ pub const SQLITE_ROW_LIMITS: RowLimits = RowLimits {
 struct Row<'a> {
     kind: RowKind,
     seq0: i64,
-    time0: i64,
     turn: &'a Value,
     step: &'a Value,
     index: &'a Value,
-    dt: Vec<i64>,
+    /// Each member's time.
+    times: Vec<i64>,
     id: Option<&'a Value>,
     name: Option<&'a Value>,
     members: &'a [Value],
@@ -161,43 +161,52 @@ fn parse_row<'a>(
     if dt_values.len() != members.len() - 1 {
         return Err("dt must have one entry fewer than the members");
     }
-    let mut dt = Vec::with_capacity(dt_values.len());
-    let mut time = time0;
-    for value in dt_values {
-        let delta = safe_integer(value).ok_or("dt entries must be safe integers")?;
-        time = time
-            .checked_add(delta)
-            .filter(|t| t.abs() <= MAX_SAFE_INTEGER)
-            .ok_or("running time leaves the safe range")?;
-        dt.push(delta);
-    }
-    if seq0
-        .checked_add(members.len() as i64 - 1)
-        .is_none_or(|last| last > MAX_SAFE_INTEGER)
-    {
-        return Err("last member seq leaves the safe range");
-    }
+    let times = member_times(seq0, time0, dt_values.iter().map(safe_integer))?;
     Ok(Row {
         kind,
         seq0,
-        time0,
         turn,
         step,
         index,
-        dt,
+        times,
         id,
         name,
         members,
     })
 }
 
+/// Each member's time from the first time and the deltas (`None` for a delta
+/// that is no safe integer), checking that every time and the last member's seq
+/// stay in the safe range. Shared by the full and the quick decoder.
+pub(crate) fn member_times(
+    seq0: i64,
+    time0: i64,
+    deltas: impl ExactSizeIterator<Item = Option<i64>>,
+) -> Result<Vec<i64>, &'static str> {
+    let mut times = Vec::with_capacity(deltas.len() + 1);
+    let mut time = time0;
+    times.push(time);
+    for delta in deltas {
+        let delta = delta.ok_or("dt entries must be safe integers")?;
+        time = time
+            .checked_add(delta)
+            .filter(|t| t.abs() <= MAX_SAFE_INTEGER)
+            .ok_or("running time leaves the safe range")?;
+        times.push(time);
+    }
+    if seq0
+        .checked_add(times.len() as i64 - 1)
+        .is_none_or(|last| last > MAX_SAFE_INTEGER)
+    {
+        return Err("last member seq leaves the safe range");
+    }
+    Ok(times)
+}
+
 fn expand(row: &Row) -> Vec<JsonMap> {
-    let mut time = row.time0;
     let mut events = Vec::with_capacity(row.members.len());
-    for (k, member) in row.members.iter().enumerate() {
-        if k > 0 {
-            time += row.dt[k - 1];
-        }
+    for (k, (member, time)) in row.members.iter().zip(&row.times).enumerate() {
+        let time = *time;
         let mut chunk = Map::new();
         match row.kind {
             RowKind::Text | RowKind::Reasoning => {

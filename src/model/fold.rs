@@ -8,12 +8,15 @@ use crate::json::JsonMap;
 use crate::model::Refusal;
 use crate::model::fork::TurnBoundaries;
 use crate::model::header::{SessionHeader, canonical_request_header};
+use crate::model::quick::Scanned;
 use crate::model::repair::RepairScan;
 use crate::model::surface::{SurfaceEffect, SurfaceFold};
 use crate::model::validate::{
     check_envelope, check_message_shape, check_request_header, check_retired, check_turn_end,
     is_ignorable, is_known_type, is_surface_type, unknown_type_refusal,
 };
+
+pub const CHUNK_TYPE: &str = "assistant/chunk";
 
 /// The running fold of one session's stored events.
 #[derive(Clone, Debug)]
@@ -100,6 +103,27 @@ impl SessionFold {
         self.turns.observe(event_type);
         self.last_time = crate::json::safe_integer(&event["time"]);
         Ok(effect)
+    }
+
+    /// Checks and folds the next stored event as a backend scanned it.
+    pub fn observe_scanned(&mut self, event: &Scanned) -> Result<SurfaceEffect, Refusal> {
+        match event {
+            Scanned::Event(event) => self.observe(event),
+            Scanned::Chunk { seq, time } => {
+                // A quick-read chunk has a valid envelope and no surface markers,
+                // so of every check only contiguity remains.
+                self.surface.advance(*seq).map_err(|why| {
+                    Refusal::Corrupt(format!(
+                        "stored session \"{}\" failed validation: {why}",
+                        self.session_id
+                    ))
+                })?;
+                self.repair.observe_chunk(*seq, *time);
+                self.turns.observe(CHUNK_TYPE);
+                self.last_time = Some(*time);
+                Ok(SurfaceEffect::None)
+            }
+        }
     }
 
     pub fn event_count(&self) -> u64 {

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::json::{JsonMap, non_negative_safe_integer};
+use crate::json::{JsonMap, non_negative_safe_integer, safe_integer};
 
 pub const TOOL_OUTCOME_UNKNOWN_TEXT: &str = "The tool call was interrupted after it was recorded, but no result was durably recorded. Its outcome is unknown. Decide whether to retry from the tool semantics: retry only if the operation is read-only or idempotent; if it may have side effects, first verify external state or ask the user. Do not retry blindly.";
 pub const TOOL_NOT_STARTED_TEXT: &str = "The tool call was interrupted before the Harness recorded it as started. Retry it if it is still needed.";
@@ -23,7 +23,8 @@ pub struct RepairScan {
     open_step: Option<Value>,
     /// Insertion-ordered, like a JS `Map`: re-inserting keeps the original place.
     pending: Vec<PendingCall>,
-    last: Option<(u64, Value)>,
+    /// The last event's seq and time.
+    last: Option<(u64, i64)>,
 }
 
 impl RepairScan {
@@ -32,7 +33,8 @@ impl RepairScan {
             .get("seq")
             .and_then(non_negative_safe_integer)
             .unwrap_or(0);
-        self.last = Some((seq, event.get("time").cloned().unwrap_or(Value::Null)));
+        let time = event.get("time").and_then(safe_integer).unwrap_or(0);
+        self.last = Some((seq, time));
         let data = event.get("data").unwrap_or(&Value::Null);
         match event.get("type").and_then(Value::as_str).unwrap_or("") {
             "turn/start" => {
@@ -92,6 +94,11 @@ impl RepairScan {
         }
     }
 
+    /// Observes a streamed chunk, which only moves the last seq and time.
+    pub fn observe_chunk(&mut self, seq: u64, time: i64) {
+        self.last = Some((seq, time));
+    }
+
     /// True when the log ends inside a turn.
     pub fn turn_is_open(&self) -> bool {
         self.open_turn.is_some()
@@ -99,7 +106,7 @@ impl RepairScan {
 
     /// The closers a repair would append; empty for a balanced log.
     pub fn closers(&self) -> Vec<JsonMap> {
-        let (Some(turn), Some((last_seq, time))) = (&self.open_turn, &self.last) else {
+        let (Some(turn), Some((last_seq, time))) = (&self.open_turn, self.last) else {
             return Vec::new();
         };
         let mut seq = last_seq + 1;
@@ -152,11 +159,11 @@ impl RepairScan {
     }
 }
 
-fn envelope(event_type: &str, seq: u64, time: &Value, data: Value) -> JsonMap {
+fn envelope(event_type: &str, seq: u64, time: i64, data: Value) -> JsonMap {
     let mut event = Map::new();
     event.insert("type".into(), event_type.into());
     event.insert("seq".into(), seq.into());
-    event.insert("time".into(), time.clone());
+    event.insert("time".into(), time.into());
     event.insert("data".into(), data);
     event
 }

@@ -71,6 +71,19 @@ impl SurfaceFold {
         self.shadowed_by.get(&seq).copied()
     }
 
+    /// Rule 1, contiguity: takes the next seq, the only rule a log-only event
+    /// without surface markers can break.
+    pub fn advance(&mut self, seq: u64) -> Result<(), String> {
+        if seq != self.next_seq {
+            return Err(format!(
+                "invalid surface at seq {seq}: expected seq {} (rule 1, contiguity)",
+                self.next_seq
+            ));
+        }
+        self.next_seq += 1;
+        Ok(())
+    }
+
     /// Applies one event; `Err` names the seq and the broken rule.
     pub fn apply(&mut self, event: &JsonMap) -> Result<SurfaceEffect, String> {
         let seq = event
@@ -78,14 +91,7 @@ impl SurfaceFold {
             .and_then(non_negative_safe_integer)
             .unwrap_or(u64::MAX);
         let fail = |rule: &str| Err(format!("invalid surface at seq {seq}: {rule}"));
-        // Rule 1: contiguity.
-        if seq != self.next_seq {
-            return fail(&format!(
-                "expected seq {} (rule 1, contiguity)",
-                self.next_seq
-            ));
-        }
-        self.next_seq += 1;
+        self.advance(seq)?;
         let event_type = event.get("type").and_then(Value::as_str).unwrap_or("");
         let op_value = event.get("surfaceOp");
         let sources = event.get("sourceEventSeqs");

@@ -16,6 +16,7 @@ use crate::model::Refusal;
 use crate::model::chunk_rows::{JSONL_ROW_LIMITS, RowKind, expand_jsonl_row, pack};
 use crate::model::header::SessionHeader;
 use crate::model::ids::{decode_segment, encode_segment, project_dir};
+use crate::model::quick;
 use crate::store::tail::{Decoded, TailScanner};
 use crate::store::zstd_frames::{
     Frame, FrameDecoder, FrameReader, FrameScan, decode_frame, decode_torn_frame, encode_frame,
@@ -60,9 +61,18 @@ fn io_refusal(path: &Path, e: io::Error) -> Refusal {
     Refusal::Corrupt(format!("cannot read {}: {e}", path.display()))
 }
 
-/// Decodes one stored line (spec §10.4): a packed row expands to its events; any
+/// Decodes one stored line for a scan (spec §10.4): streamed chunks quickly,
+/// anything else in full.
+fn decode_record(line: &[u8]) -> Result<Decoded, RecordError> {
+    match quick::jsonl_record(line, JSONL_ROW_LIMITS) {
+        Some(run) => Ok(Decoded::Chunks(run)),
+        None => decode_events(line).map(Decoded::Events),
+    }
+}
+
+/// Decodes one stored line in full: a packed row expands to its events; any
 /// other object is one event.
-fn decode_record(line: &[u8]) -> Result<Vec<JsonMap>, RecordError> {
+fn decode_events(line: &[u8]) -> Result<Vec<JsonMap>, RecordError> {
     let text = String::from_utf8_lossy(line);
     let value: Value = serde_json::from_str(&text).map_err(|_| RecordError::Unparsable)?;
     match value {
@@ -103,7 +113,7 @@ impl LineScanner<'_> {
         self.line_number += 1;
         let number = self.line_number;
         let decoded = match decode_record(line) {
-            Ok(events) => Decoded::Events(events),
+            Ok(decoded) => decoded,
             Err(RecordError::Null) => {
                 return Err(corrupt(
                     self.path,
@@ -121,18 +131,10 @@ impl LineScanner<'_> {
                 format!("corrupt session log: seq gap at line {number}")
             })
             .map_err(|r| corrupt(path, r))?;
-        let Some(events) = kept else {
+        let Some(record) = kept else {
             return Ok(false);
         };
-        for (member, event) in events.into_iter().enumerate() {
-            (self.sink)(
-                EventLoc {
-                    member: member as u32,
-                    ..loc
-                },
-                event,
-            )?;
-        }
+        record.deliver(|member, event| (self.sink)(EventLoc { member, ..loc }, event))?;
         Ok(true)
     }
 }
@@ -677,7 +679,7 @@ impl Backend for JsonlStore {
                 }
             }
         };
-        let events = decode_record(&line).map_err(|_| {
+        let events = decode_events(&line).map_err(|_| {
             corrupt(
                 path,
                 format!("the record at byte {} no longer decodes", loc.record),

@@ -8,6 +8,7 @@ use std::sync::RwLock;
 use crate::json::JsonMap;
 use crate::model::Refusal;
 use crate::model::header::SessionHeader;
+use crate::model::quick::Scanned;
 use crate::store::{
     Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey,
 };
@@ -83,7 +84,7 @@ impl Backend for MemoryStore {
                     within: 0,
                     member: 0,
                 },
-                event,
+                Scanned::Event(event),
             )?;
         }
         let count = self.with(key, |_, events| events.len() as u64)?;

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use crate::json::JsonMap;
 use crate::model::Refusal;
 use crate::model::header::SessionHeader;
+use crate::model::quick::Scanned;
 
 /// How a backend finds one session again.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -102,7 +103,7 @@ pub enum ScanEnd {
 }
 
 /// Receives the stored events of a scan, in seq order.
-pub type EventSink<'a> = dyn FnMut(EventLoc, JsonMap) -> Result<(), Refusal> + 'a;
+pub type EventSink<'a> = dyn FnMut(EventLoc, Scanned) -> Result<(), Refusal> + 'a;
 
 /// A store: one root directory of JSONL artifacts, or one SQLite database.
 pub trait Backend: Send + Sync {

@@ -25,7 +25,9 @@ use super::{Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint,
 use crate::json::{JsonMap, MAX_SAFE_INTEGER, non_negative_safe_integer, safe_integer};
 use crate::model::Refusal;
 use crate::model::chunk_rows::{self, JSONL_ROW_LIMITS, RowKind, SQLITE_ROW_LIMITS};
+use crate::model::fold::CHUNK_TYPE;
 use crate::model::header::SessionHeader;
+use crate::model::quick::{self, ChunkRun};
 use crate::model::validate::check_envelope;
 
 /// `PRAGMA application_id` of a Harness database: the ASCII bytes "DSHP".
@@ -277,6 +279,9 @@ impl SqliteStore {
 
     /// Turns one physical row into the scanner's input.
     fn decode_for_scan(&self, row: &PhysicalRow) -> Decoded {
+        if let Some(run) = row.quick() {
+            return Decoded::Chunks(run);
+        }
         match row.decode(self.schema) {
             Ok(events) => Decoded::Events(events),
             Err(reason) => {
@@ -446,18 +451,14 @@ impl Backend for SqliteStore {
                     )
                 };
                 match scanner.feed(self.decode_for_scan(row), gap)? {
-                    Some(events) => {
-                        for (member, event) in (0u32..).zip(events) {
-                            sink(
-                                EventLoc {
-                                    record: row.seq,
-                                    within: 0,
-                                    member,
-                                },
-                                event,
-                            )?;
-                        }
-                    }
+                    Some(record) => record.deliver(|member, event| {
+                        let loc = EventLoc {
+                            record: row.seq,
+                            within: 0,
+                            member,
+                        };
+                        sink(loc, event)
+                    })?,
                     None => {
                         first_torn_row.get_or_insert(row.seq);
                     }
@@ -954,6 +955,37 @@ impl PhysicalRow {
         })
     }
 
+    /// Reads a row of streamed chunks quickly (`model::quick`); `None` means
+    /// only that the row is decoded in full.
+    fn quick(&self) -> Option<ChunkRun> {
+        let Cell::Text(event_type) = &self.event_type else {
+            return None;
+        };
+        let time = self.time.safe_integer()?;
+        if self.seq > MAX_SAFE_INTEGER as u64
+            || self.source_event_seqs != Cell::Null
+            || self.surface_op != Cell::Null
+        {
+            return None;
+        }
+        match (&self.ignorable, event_type.as_str()) {
+            // Schema 14 selects NULL for the column it lacks; its data is TEXT only.
+            (Cell::Null, CHUNK_TYPE) if matches!(self.data, Cell::Text(_)) => {
+                let data = data_text(&self.data, MAX_SCALAR_DATA_BYTES).ok()?;
+                quick::is_json(data.as_bytes()).then(|| ChunkRun {
+                    seq0: self.seq,
+                    times: vec![time],
+                })
+            }
+            (Cell::Integer(0), tag) => {
+                let data = data_text(&self.data, MAX_PACKED_DATA_BYTES).ok()?;
+                let kind = RowKind::from_tag(tag)?;
+                quick::row_data(kind, self.seq, time, data.as_bytes(), SQLITE_ROW_LIMITS)
+            }
+            _ => None,
+        }
+    }
+
     /// The logical events this row holds (spec §11.2, §11.3, §11.7), or why it
     /// does not decode.
     fn decode(&self, schema: Schema) -> Result<Vec<JsonMap>, String> {
@@ -1423,14 +1455,22 @@ mod tests {
         SessionKey::Row(id.to_string())
     }
 
-    type Scanned = (Vec<(EventLoc, JsonMap)>, ScanPoint, ScanEnd);
+    type ScanResult = (Vec<(EventLoc, JsonMap)>, ScanPoint, ScanEnd);
 
-    fn scan_from(store: &SqliteStore, id: &str, from: &ScanPoint) -> Result<Scanned, Refusal> {
-        let mut events = Vec::new();
+    /// Scans, fetching the chunks that were read quickly, to compare whole events.
+    fn scan_from(store: &SqliteStore, id: &str, from: &ScanPoint) -> Result<ScanResult, Refusal> {
+        let mut scanned = Vec::new();
         let (point, end) = store.scan(&key(id), from, &mut |loc, event| {
-            events.push((loc, event));
+            scanned.push((loc, event));
             Ok(())
         })?;
+        let events = scanned
+            .into_iter()
+            .map(|(loc, event)| match event {
+                quick::Scanned::Event(event) => Ok((loc, event)),
+                quick::Scanned::Chunk { .. } => store.fetch(&key(id), loc).map(|e| (loc, e)),
+            })
+            .collect::<Result<_, _>>()?;
         Ok((events, point, end))
     }
 

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::json::{JsonMap, non_negative_safe_integer};
 use crate::model::Refusal;
+use crate::model::quick::{ChunkRun, Scanned};
 
 #[derive(Clone, Debug)]
 pub struct TailScanner {
@@ -17,11 +18,65 @@ pub struct TailScanner {
 }
 
 /// A record as the backend decoded it.
+#[derive(Debug)]
 pub enum Decoded {
     Events(Vec<JsonMap>),
+    /// Streamed chunks read quickly (`model::quick`).
+    Chunks(ChunkRun),
     /// The record does not parse or decode; the message says where, for the
     /// case that a later `turn/end` proves it committed.
     Bad(String),
+}
+
+impl Decoded {
+    /// Hands each event of a kept record to `sink`, with its member index.
+    pub fn deliver(
+        self,
+        mut sink: impl FnMut(u32, Scanned) -> Result<(), Refusal>,
+    ) -> Result<(), Refusal> {
+        match self {
+            Decoded::Events(events) => {
+                for (member, event) in (0u32..).zip(events) {
+                    sink(member, Scanned::Event(event))?;
+                }
+            }
+            Decoded::Chunks(run) => {
+                for (member, event) in (0u32..).zip(run.events()) {
+                    sink(member, event)?;
+                }
+            }
+            Decoded::Bad(_) => {}
+        }
+        Ok(())
+    }
+
+    fn has_turn_end(&self) -> bool {
+        match self {
+            Decoded::Events(events) => events
+                .iter()
+                .any(|e| e.get("type").and_then(Value::as_str) == Some("turn/end")),
+            Decoded::Chunks(_) | Decoded::Bad(_) => false,
+        }
+    }
+
+    /// True when the record's events carry the seqs `next..`.
+    fn continues(&self, next: u64) -> bool {
+        match self {
+            Decoded::Events(events) => events.iter().enumerate().all(|(k, e)| {
+                e.get("seq").and_then(non_negative_safe_integer) == Some(next + k as u64)
+            }),
+            Decoded::Chunks(run) => run.seq0 == next,
+            Decoded::Bad(_) => false,
+        }
+    }
+
+    fn len(&self) -> u64 {
+        match self {
+            Decoded::Events(events) => events.len() as u64,
+            Decoded::Chunks(run) => run.times.len() as u64,
+            Decoded::Bad(_) => 0,
+        }
+    }
 }
 
 impl TailScanner {
@@ -50,51 +105,39 @@ impl TailScanner {
         self.issue.as_deref()
     }
 
-    /// Feeds one record; returns the events to keep, or `None` once the tail started.
+    /// Feeds one record; returns it to keep, or `None` once the tail started.
     pub fn feed(
         &mut self,
         record: Decoded,
         gap_message: impl FnOnce() -> String,
-    ) -> Result<Option<Vec<JsonMap>>, Refusal> {
+    ) -> Result<Option<Decoded>, Refusal> {
         if let Some(issue) = &self.issue {
-            return match record {
-                Decoded::Events(events) if has_turn_end(&events) => {
-                    Err(Refusal::Corrupt(issue.clone()))
-                }
-                _ => Ok(None),
+            return match record.has_turn_end() {
+                true => Err(Refusal::Corrupt(issue.clone())),
+                false => Ok(None),
             };
         }
-        let events = match record {
-            Decoded::Bad(message) => return self.start_tail(message),
-            Decoded::Events(events) => events,
-        };
-        let contiguous = events.iter().enumerate().all(|(k, e)| {
-            e.get("seq").and_then(non_negative_safe_integer) == Some(self.next_seq + k as u64)
-        });
-        if !contiguous {
+        if let Decoded::Bad(message) = record {
+            return self.start_tail(message);
+        }
+        if !record.continues(self.next_seq) {
             let message = gap_message();
-            if has_turn_end(&events) {
+            if record.has_turn_end() {
                 return Err(Refusal::Corrupt(message));
             }
             return self.start_tail(message);
         }
-        self.next_seq += events.len() as u64;
-        Ok(Some(events))
+        self.next_seq += record.len();
+        Ok(Some(record))
     }
 
-    fn start_tail(&mut self, message: String) -> Result<Option<Vec<JsonMap>>, Refusal> {
+    fn start_tail(&mut self, message: String) -> Result<Option<Decoded>, Refusal> {
         if self.strict {
             return Err(Refusal::Corrupt(message));
         }
         self.issue = Some(message);
         Ok(None)
     }
-}
-
-fn has_turn_end(events: &[JsonMap]) -> bool {
-    events
-        .iter()
-        .any(|e| e.get("type").and_then(Value::as_str) == Some("turn/end"))
 }
 
 #[cfg(test)]

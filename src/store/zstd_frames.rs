@@ -89,47 +89,49 @@ pub fn scan_frame(bytes: &[u8]) -> FrameScan {
     FrameScan::Complete(at)
 }
 
-/// A decompression context reused across frames: a session log can hold hundreds
-/// of thousands of small frames, and a fresh context per frame would dominate.
+/// A decompression context and output buffer reused across frames: a session
+/// log can hold hundreds of thousands of small frames, and a fresh context or a
+/// freshly zeroed buffer per frame would dominate.
 pub struct FrameDecoder {
     raw: zstd::stream::raw::Decoder<'static>,
+    /// Initialised bytes the next frame is decoded into; grows to the largest frame.
+    out: Vec<u8>,
 }
 
 impl FrameDecoder {
     pub fn new() -> Result<FrameDecoder, String> {
         Ok(FrameDecoder {
             raw: zstd::stream::raw::Decoder::new().map_err(|e| e.to_string())?,
+            out: Vec::new(),
         })
     }
 
     /// Decompresses one complete frame, verifying its checksum.
-    pub fn decode(&mut self, frame: &[u8]) -> Result<Vec<u8>, String> {
+    pub fn decode(&mut self, frame: &[u8]) -> Result<&[u8], String> {
         use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
         self.raw.reinit().map_err(|e| e.to_string())?;
         let mut input = InBuffer::around(frame);
-        let mut out: Vec<u8> = Vec::with_capacity(frame.len() * 4);
+        let mut len = 0;
         loop {
-            if out.capacity() - out.len() < 64 << 10 {
-                out.reserve(out.len().max(64 << 10));
+            if self.out.len() - len < 64 << 10 {
+                let grown = (self.out.len() * 2).max(len + (64 << 10));
+                self.out.resize(grown, 0);
             }
-            let start = out.len();
-            let spare = out.capacity() - start;
-            out.resize(start + spare, 0);
-            let mut output = OutBuffer::around(&mut out[start..]);
+            let mut output = OutBuffer::around(&mut self.out[len..]);
             let remaining = self
                 .raw
                 .run(&mut input, &mut output)
                 .map_err(|e| e.to_string())?;
             let produced = output.pos();
-            out.truncate(start + produced);
-            if out.len() > MAX_FRAME_PLAINTEXT {
+            len += produced;
+            if len > MAX_FRAME_PLAINTEXT {
                 return Err(format!(
                     "frame decodes to more than {MAX_FRAME_PLAINTEXT} bytes"
                 ));
             }
             if remaining == 0 {
                 return if input.pos() == frame.len() {
-                    Ok(out)
+                    Ok(&self.out[..len])
                 } else {
                     Err("bytes follow the end of the frame".into())
                 };
@@ -143,7 +145,7 @@ impl FrameDecoder {
 
 /// Decompresses one complete frame, verifying its checksum.
 pub fn decode_frame(frame: &[u8]) -> Result<Vec<u8>, String> {
-    FrameDecoder::new()?.decode(frame)
+    FrameDecoder::new()?.decode(frame).map(<[u8]>::to_vec)
 }
 
 /// Reads a zstd artifact frame by frame, holding one frame in memory at a time.

@@ -14,8 +14,9 @@ use serde_json::Value;
 
 use crate::json::{JsonMap, safe_integer};
 use crate::model::Refusal;
-use crate::model::fold::SessionFold;
+use crate::model::fold::{CHUNK_TYPE, SessionFold};
 use crate::model::header::SessionHeader;
+use crate::model::quick::Scanned;
 use crate::model::surface::SurfaceEffect;
 use crate::render::transcript::TranscriptWriter;
 use crate::render::{Standing, event_file, header_json, index_line, surface_line};
@@ -382,22 +383,40 @@ impl Indexed {
             transcript,
             ..
         } = self;
-        let mut sink = |loc: EventLoc, event: JsonMap| -> Result<(), Refusal> {
-            let effect = fold.observe(&event)?;
-            transcript.event(&event, &effect, false);
-            let event_type = event
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let type_id = match types.iter().position(|t| t == event_type) {
+        let mut type_id = |event_type: &str| -> u32 {
+            let id = match types.iter().position(|t| t == event_type) {
                 Some(id) => id,
                 None => {
                     types.push(event_type.to_string());
                     types.len() - 1
                 }
-            } as u32;
-            let time = event.get("time").and_then(safe_integer).unwrap_or_default();
-            events.push(EventMeta { loc, time, type_id });
+            };
+            id as u32
+        };
+        let mut chunk_type = None;
+        let mut sink = |loc: EventLoc, scanned: Scanned| -> Result<(), Refusal> {
+            let effect = fold.observe_scanned(&scanned)?;
+            let meta = match &scanned {
+                Scanned::Event(event) => {
+                    transcript.event(event, &effect, false);
+                    let event_type = event
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    EventMeta {
+                        loc,
+                        time: event.get("time").and_then(safe_integer).unwrap_or_default(),
+                        type_id: type_id(event_type),
+                    }
+                }
+                // Chunks show in no view but events/.
+                Scanned::Chunk { time, .. } => EventMeta {
+                    loc,
+                    time: *time,
+                    type_id: *chunk_type.get_or_insert_with(|| type_id(CHUNK_TYPE)),
+                },
+            };
+            events.push(meta);
             Ok(())
         };
         let (point, end) = backend.scan(key, &self.point, &mut sink)?;
