@@ -191,7 +191,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyData,
     ) {
         match guarded("read", || self.fs.read(fh.0, offset, size)) {
-            Ok(bytes) => reply.data(&bytes),
+            Ok(data) => reply.data(data.as_slice()),
             Err(errno) => reply.error(errno),
         }
     }

@@ -909,7 +909,7 @@ impl SessionFs {
         }
     }
 
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<ReadData> {
         let (ino, mut content) = {
             let handles = lock(&self.handles);
             let handle = handles
@@ -918,32 +918,25 @@ impl SessionFs {
             (handle.ino, handle.content.clone())
         };
         let decoded = Ino::decode(ino).ok_or_else(|| Error::NotFound("unknown inode".into()))?;
-        match decoded {
-            Ino::RootFlush => {
-                return Ok(slice(self.writeback.status(None).as_bytes(), offset, size));
-            }
+        let status = match decoded {
+            Ino::RootFlush => Some(self.writeback.status(None)),
             Ino::Session(number, Node::Flush) => {
                 let slot = self.slot(number)?;
-                return Ok(slice(
-                    self.writeback.status(Some(&slot.id)).as_bytes(),
-                    offset,
-                    size,
-                ));
+                Some(self.writeback.status(Some(&slot.id)))
             }
             Ino::Session(number, Node::Fork) => {
                 let slot = self.slot(number)?;
-                return Ok(slice(
-                    lock(&slot.control).status(&slot.id).as_bytes(),
-                    offset,
-                    size,
-                ));
+                Some(lock(&slot.control).status(&slot.id))
             }
-            _ => {}
+            _ => None,
+        };
+        if let Some(status) = status {
+            return Ok(ReadData::new(Arc::new(status.into_bytes()), offset, size));
         }
         if offset + u64::from(size) > content.bytes.len() as u64 {
             content = self.follow_growth(fh, decoded, content);
         }
-        Ok(slice(&content.bytes, offset, size))
+        Ok(ReadData::new(content.bytes, offset, size))
     }
 
     /// A file that only grew since it was opened may be read further (`tail -f`);
@@ -1189,8 +1182,26 @@ fn view_refusal(view: &SessionView) -> Option<String> {
     }
 }
 
-fn slice(bytes: &[u8], offset: u64, size: u32) -> Vec<u8> {
-    let start = (offset as usize).min(bytes.len());
-    let end = start.saturating_add(size as usize).min(bytes.len());
-    bytes[start..end].to_vec()
+/// The bytes a read returns: a range of a shared snapshot, so a large read is
+/// answered without copying the file.
+pub struct ReadData {
+    bytes: Arc<Vec<u8>>,
+    range: std::ops::Range<usize>,
+}
+
+impl ReadData {
+    fn new(bytes: Arc<Vec<u8>>, offset: u64, size: u32) -> ReadData {
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(bytes.len());
+        let end = start.saturating_add(size as usize).min(bytes.len());
+        ReadData {
+            bytes,
+            range: start..end,
+        }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[self.range.clone()]
+    }
 }
