@@ -11,15 +11,24 @@ pub const LOGGED_SUFFIX: &str = ".json";
 
 /// The file name of an event.
 pub fn file_name(seq: u64, event_type: &str, synthetic: bool) -> String {
+    name_with(seq, &type_part(event_type), synthetic)
+}
+
+/// The part of an event's file name that its type gives, e.g. `tool.result`.
+pub fn type_part(event_type: &str) -> String {
     // `/` becomes `.` for readability; anything else unsafe in a name is escaped.
     let readable = event_type.replace('/', ".");
-    let safe = encode_segment(&readable).unwrap_or_else(|| "~".into());
+    encode_segment(&readable).unwrap_or_else(|| "~".into())
+}
+
+/// The file name of an event whose type gives `type_part`.
+pub fn name_with(seq: u64, type_part: &str, synthetic: bool) -> String {
     let suffix = if synthetic {
         SYNTHETIC_SUFFIX
     } else {
         LOGGED_SUFFIX
     };
-    format!("{seq:08}-{safe}{suffix}")
+    format!("{seq:08}-{type_part}{suffix}")
 }
 
 /// The seq a file name starts with, if it is shaped like an event file name.

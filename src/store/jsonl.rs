@@ -5,6 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::ops::ControlFlow;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -19,8 +20,8 @@ use crate::model::ids::{decode_segment, encode_segment, project_dir};
 use crate::model::quick;
 use crate::store::tail::{Decoded, TailScanner};
 use crate::store::zstd_frames::{
-    Frame, FrameDecoder, FrameReader, FrameScan, decode_frame, decode_torn_frame, encode_frame,
-    scan_frame,
+    Frame, FrameReader, FrameScan, Frames, FramesEnd, decode_frame, decode_torn_frame,
+    encode_frame, read_frames, scan_frame,
 };
 use crate::store::{
     Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey,
@@ -35,6 +36,9 @@ pub const MAX_RECORD_BYTES: usize = 64 << 20;
 
 /// The longest header line read while listing.
 const MAX_HEADER_BYTES: usize = 1 << 20;
+/// A zstd scan with at least this many compressed bytes ahead decompresses on a
+/// second thread; below it, starting the thread costs more than it saves.
+const DECODE_AHEAD_BYTES: u64 = 1 << 20;
 
 pub struct JsonlStore {
     root: PathBuf,
@@ -319,14 +323,13 @@ impl JsonlStore {
         sink: &mut EventSink,
     ) -> Result<(ScanPoint, ScanEnd), Refusal> {
         let mut file = File::open(path).map_err(|e| io_refusal(path, e))?;
-        file.seek(SeekFrom::Start(from.offset))
-            .map_err(|e| io_refusal(path, e))?;
-        let mut reader = FrameReader::new(file);
-        let mut decoder = FrameDecoder::new().map_err(|why| corrupt(path, why))?;
         let mut here = from.offset;
         let mut frames = from.frames;
         if frames == 0 {
-            match reader.next_frame().map_err(|e| io_refusal(path, e))? {
+            match FrameReader::new(&mut file)
+                .next_frame()
+                .map_err(|e| io_refusal(path, e))?
+            {
                 Frame::Complete(frame) => {
                     decode_header_frame(frame).map_err(|why| corrupt(path, why))?;
                     here += frame.len() as u64;
@@ -340,100 +343,101 @@ impl JsonlStore {
                 }
             }
         }
+        file.seek(SeekFrom::Start(here))
+            .map_err(|e| io_refusal(path, e))?;
+        let unread = file
+            .metadata()
+            .map_err(|e| io_refusal(path, e))?
+            .len()
+            .saturating_sub(here);
         let mut scanner = LineScanner {
             tail: TailScanner::strict(from.events),
             line_number: from.plain,
             sink,
             path,
         };
-        loop {
-            match reader.next_frame().map_err(|e| io_refusal(path, e))? {
-                Frame::End => {
-                    let end = ScanPoint {
-                        events: scanner.tail.next_seq(),
-                        offset: here,
-                        plain: scanner.line_number,
-                        frames,
-                    };
-                    return Ok((end, ScanEnd::Complete));
+        let read = read_frames(file, unread >= DECODE_AHEAD_BYTES, |compressed, plaintext| {
+            let torn_record = || {
+                corrupt(
+                    path,
+                    format!(
+                        "corrupt Zstandard session log: complete frame at byte {here} contains a torn JSONL record"
+                    ),
+                )
+            };
+            let Some(body) = plaintext.strip_suffix(b"\n") else {
+                return ControlFlow::Break(torn_record());
+            };
+            let mut within = 0usize;
+            for line in body.split(|b| *b == b'\n') {
+                let loc = EventLoc {
+                    record: here,
+                    within: within as u32,
+                    member: 0,
+                };
+                if let Err(refusal) = scanner.line(line, loc) {
+                    return ControlFlow::Break(match refusal {
+                        Refusal::Corrupt(m)
+                            if m.starts_with("corrupt session log: unparsable")
+                                || m.starts_with("corrupt session log: seq gap") =>
+                        {
+                            torn_record()
+                        }
+                        other => other,
+                    });
                 }
-                Frame::Corrupt(why) => {
-                    return Err(corrupt(
-                        path,
-                        format!("corrupt Zstandard session log: {why} at byte {here}"),
-                    ));
-                }
-                Frame::Complete(frame) => {
-                    let plaintext = decoder.decode(frame).map_err(|_| {
-                        corrupt(path, format!("corrupt Zstandard session log: frame at byte {here} failed validation"))
-                    })?;
-                    let torn_record = || {
-                        corrupt(
-                            path,
-                            format!(
-                                "corrupt Zstandard session log: complete frame at byte {here} contains a torn JSONL record"
-                            ),
-                        )
+                within += line.len() + 1;
+            }
+            here += compressed;
+            frames += 1;
+            ControlFlow::Continue(())
+        })
+        .map_err(|e| io_refusal(path, e))?;
+        let committed = ScanPoint {
+            events: scanner.tail.next_seq(),
+            offset: here,
+            plain: scanner.line_number,
+            frames,
+        };
+        match read {
+            Frames::Stopped(refusal) => Err(refusal),
+            Frames::Ended(FramesEnd::End) => Ok((committed, ScanEnd::Complete)),
+            Frames::Ended(FramesEnd::Corrupt(why)) => Err(corrupt(
+                path,
+                format!("corrupt Zstandard session log: {why} at byte {here}"),
+            )),
+            Frames::Ended(FramesEnd::Undecodable) => Err(corrupt(
+                path,
+                format!("corrupt Zstandard session log: frame at byte {here} failed validation"),
+            )),
+            Frames::Ended(FramesEnd::Torn(bytes)) => {
+                let plaintext = decode_torn_frame(&bytes);
+                let mut lenient = LineScanner {
+                    tail: TailScanner::new(scanner.tail.next_seq()),
+                    line_number: scanner.line_number,
+                    sink: scanner.sink,
+                    path,
+                };
+                let mut within = 0usize;
+                let mut rest = &plaintext[..];
+                while let Some(newline) = rest.iter().position(|b| *b == b'\n') {
+                    let loc = EventLoc {
+                        record: here,
+                        within: within as u32,
+                        member: 0,
                     };
-                    if !plaintext.ends_with(b"\n") {
-                        return Err(torn_record());
-                    }
-                    let mut within = 0usize;
-                    for line in plaintext[..plaintext.len() - 1].split(|b| *b == b'\n') {
-                        let loc = EventLoc {
-                            record: here,
-                            within: within as u32,
-                            member: 0,
-                        };
-                        scanner.line(line, loc).map_err(|r| match r {
-                            Refusal::Corrupt(m)
-                                if m.starts_with("corrupt session log: unparsable")
-                                    || m.starts_with("corrupt session log: seq gap") =>
-                            {
-                                torn_record()
-                            }
-                            other => other,
-                        })?;
-                        within += line.len() + 1;
-                    }
-                    here += frame.len() as u64;
-                    frames += 1;
+                    lenient.line(&rest[..newline], loc)?;
+                    within += newline + 1;
+                    rest = &rest[newline + 1..];
                 }
-                Frame::Torn(bytes) => {
-                    let committed = ScanPoint {
-                        events: scanner.tail.next_seq(),
-                        offset: here,
-                        plain: scanner.line_number,
-                        frames,
-                    };
-                    let plaintext = decode_torn_frame(bytes);
-                    let mut lenient = LineScanner {
-                        tail: TailScanner::new(scanner.tail.next_seq()),
-                        line_number: scanner.line_number,
-                        sink: scanner.sink,
-                        path,
-                    };
-                    let mut within = 0usize;
-                    let mut rest = &plaintext[..];
-                    while let Some(newline) = rest.iter().position(|b| *b == b'\n') {
-                        let loc = EventLoc {
-                            record: here,
-                            within: within as u32,
-                            member: 0,
-                        };
-                        lenient.line(&rest[..newline], loc)?;
-                        within += newline + 1;
-                        rest = &rest[newline + 1..];
-                    }
-                    // Events recovered from the torn frame are shown, but the next scan
-                    // starts again at the torn frame: it may still be being written.
-                    return Ok((
-                        committed,
-                        ScanEnd::Torn {
-                            at: format!("byte {here} (an incomplete final frame)"),
-                        },
-                    ));
-                }
+                // Events recovered from the torn frame are shown, but the next scan
+                // starts again at the torn frame: it may still be being written.
+                Ok((
+                    committed,
+                    ScanEnd::Torn {
+                        at: format!("byte {here} (an incomplete final frame)"),
+                    },
+                ))
             }
         }
     }

@@ -2,7 +2,9 @@
 //! concatenation of standard frames, scanned structurally (nothing is
 //! decompressed) so that a torn final frame is told apart from corruption.
 
-use std::io::Read;
+use std::io::{self, Read};
+use std::ops::ControlFlow;
+use std::sync::mpsc;
 
 pub const FRAME_MAGIC: u32 = 0xFD2F_B528;
 
@@ -215,6 +217,141 @@ impl<R: Read> FrameReader<R> {
     }
 }
 
+/// How reading an artifact's frames ended, when the reader did not stop it.
+#[derive(Debug)]
+pub enum FramesEnd {
+    /// Every frame was read.
+    End,
+    /// A complete frame failed to decompress or verify.
+    Undecodable,
+    /// The bytes here are not a frame.
+    Corrupt(String),
+    /// An incomplete final frame: its bytes.
+    Torn(Vec<u8>),
+}
+
+/// Either what the reader stopped with, or how the artifact ended.
+pub enum Frames<T> {
+    Stopped(T),
+    Ended(FramesEnd),
+}
+
+/// Plaintext handed from the decompressing thread to the reading one: whole
+/// frames, batched so that the hand-over costs little per frame.
+#[derive(Default)]
+struct Batch {
+    plaintext: Vec<u8>,
+    /// Each frame's compressed length and the end of its plaintext.
+    frames: Vec<(u64, usize)>,
+    end: Option<io::Result<FramesEnd>>,
+}
+
+/// Plaintext per batch: large enough to amortise the hand-over, small enough
+/// that the few batches in flight stay in the CPU cache.
+const BATCH_BYTES: usize = 256 << 10;
+
+/// Reads the frames of `source` in order and hands each complete frame's
+/// compressed length and plaintext to `frame`, until it breaks or the frames end.
+/// With `ahead`, frames are decompressed on a second thread while `frame` works
+/// on earlier ones: a large artifact is read in the time of the slower side.
+pub fn read_frames<R: Read + Send, T>(
+    source: R,
+    ahead: bool,
+    mut frame: impl FnMut(u64, &[u8]) -> ControlFlow<T>,
+) -> io::Result<Frames<T>> {
+    if !ahead {
+        let mut frames = FrameReader::new(source);
+        let mut decoder = FrameDecoder::new().map_err(io::Error::other)?;
+        loop {
+            let piece = match frames.next_frame()? {
+                Frame::Complete(bytes) => match decoder.decode(bytes) {
+                    Ok(plaintext) => match frame(bytes.len() as u64, plaintext) {
+                        ControlFlow::Break(stopped) => return Ok(Frames::Stopped(stopped)),
+                        ControlFlow::Continue(()) => continue,
+                    },
+                    Err(_) => FramesEnd::Undecodable,
+                },
+                Frame::Torn(bytes) => FramesEnd::Torn(bytes.to_vec()),
+                Frame::Corrupt(why) => FramesEnd::Corrupt(why),
+                Frame::End => FramesEnd::End,
+            };
+            return Ok(Frames::Ended(piece));
+        }
+    }
+    std::thread::scope(|scope| {
+        let (batches, received) = mpsc::sync_channel::<Batch>(2);
+        let (recycle, recycled) = mpsc::channel::<Batch>();
+        scope.spawn(move || decode_ahead(source, batches, recycled));
+        for mut batch in received.iter() {
+            let mut start = 0;
+            for &(compressed, end) in &batch.frames {
+                if let ControlFlow::Break(stopped) = frame(compressed, &batch.plaintext[start..end])
+                {
+                    return Ok(Frames::Stopped(stopped));
+                }
+                start = end;
+            }
+            if let Some(end) = batch.end.take() {
+                return end.map(Frames::Ended);
+            }
+            batch.plaintext.clear();
+            batch.frames.clear();
+            let _ = recycle.send(batch);
+        }
+        Err(io::Error::other("the decompressing thread stopped"))
+    })
+}
+
+/// The decompressing side of `read_frames`: stops when the reading side hangs up.
+fn decode_ahead<R: Read>(
+    source: R,
+    batches: mpsc::SyncSender<Batch>,
+    recycled: mpsc::Receiver<Batch>,
+) {
+    let mut frames = FrameReader::new(source);
+    let mut decoder = match FrameDecoder::new() {
+        Ok(decoder) => decoder,
+        Err(why) => {
+            let end = Some(Err(io::Error::other(why)));
+            let _ = batches.send(Batch {
+                end,
+                ..Batch::default()
+            });
+            return;
+        }
+    };
+    let mut batch = Batch::default();
+    loop {
+        let end = match frames.next_frame() {
+            Ok(Frame::Complete(bytes)) => match decoder.decode(bytes) {
+                Ok(plaintext) => {
+                    batch.plaintext.extend_from_slice(plaintext);
+                    batch
+                        .frames
+                        .push((bytes.len() as u64, batch.plaintext.len()));
+                    if batch.plaintext.len() < BATCH_BYTES {
+                        continue;
+                    }
+                    let full =
+                        std::mem::replace(&mut batch, recycled.try_recv().unwrap_or_default());
+                    if batches.send(full).is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                Err(_) => Ok(FramesEnd::Undecodable),
+            },
+            Ok(Frame::Torn(bytes)) => Ok(FramesEnd::Torn(bytes.to_vec())),
+            Ok(Frame::Corrupt(why)) => Ok(FramesEnd::Corrupt(why)),
+            Ok(Frame::End) => Ok(FramesEnd::End),
+            Err(e) => Err(e),
+        };
+        batch.end = Some(end);
+        let _ = batches.send(batch);
+        return;
+    }
+}
+
 /// Decodes as much of a torn final frame as its complete blocks allow (spec §10.6
 /// step 5): a flush, not a finish, so a missing end or checksum is not an error.
 pub fn decode_torn_frame(frame: &[u8]) -> Vec<u8> {
@@ -258,6 +395,66 @@ pub fn encode_frame(plaintext: &[u8]) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Everything `read_frames` reports: each frame's length and plaintext, then the end.
+    fn read_all(artifact: &[u8], ahead: bool, stop_after: usize) -> (Vec<(u64, Vec<u8>)>, String) {
+        let mut seen = Vec::new();
+        let read = read_frames(artifact, ahead, |len, plaintext| {
+            seen.push((len, plaintext.to_vec()));
+            match seen.len() == stop_after {
+                true => ControlFlow::Break(seen.len()),
+                false => ControlFlow::Continue(()),
+            }
+        })
+        .unwrap();
+        let end = match read {
+            Frames::Stopped(n) => format!("stopped after {n}"),
+            Frames::Ended(end) => format!("{end:?}"),
+        };
+        (seen, end)
+    }
+
+    #[test]
+    fn reading_ahead_gives_what_reading_in_turn_gives() {
+        // Frames of varied sizes, well over the size that is read ahead.
+        let mut artifact = Vec::new();
+        for k in 0..4000usize {
+            let line = format!("{{\"k\":{k},\"pad\":\"{}\"}}\n", "x".repeat(k % 700));
+            artifact.extend(encode_frame(line.as_bytes()).unwrap());
+        }
+        let whole = artifact.len();
+        let mut corrupt_middle = artifact.clone();
+        corrupt_middle[whole / 2] ^= 0x55;
+        let torn_end = artifact[..whole - 7].to_vec();
+        let mut not_a_frame = artifact.clone();
+        not_a_frame.extend(b"garbage that is no frame");
+        for (name, bytes) in [
+            ("whole", &artifact),
+            ("corrupt", &corrupt_middle),
+            ("torn", &torn_end),
+            ("trailing", &not_a_frame),
+        ] {
+            for stop_after in [usize::MAX, 1, 2500] {
+                let in_turn = read_all(bytes, false, stop_after);
+                let ahead = read_all(bytes, true, stop_after);
+                assert_eq!(in_turn.1, ahead.1, "{name}, stop after {stop_after}");
+                assert!(
+                    in_turn.0 == ahead.0,
+                    "{name}, stop after {stop_after}: frames differ"
+                );
+            }
+        }
+        assert_eq!(read_all(&artifact, true, usize::MAX).0.len(), 4000);
+        assert!(
+            read_all(&corrupt_middle, true, usize::MAX)
+                .1
+                .contains("Undecodable")
+                || read_all(&corrupt_middle, true, usize::MAX)
+                    .1
+                    .contains("Corrupt")
+        );
+        assert!(read_all(&torn_end, true, usize::MAX).1.starts_with("Torn"));
+    }
 
     #[test]
     fn scans_encodes_and_decodes_frames() {

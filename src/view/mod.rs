@@ -66,6 +66,8 @@ pub struct Indexed {
     torn: Option<String>,
     events: Vec<EventMeta>,
     types: Vec<String>,
+    /// Each type's part of an event file name, encoded once.
+    type_parts: Vec<String>,
     transcript: TranscriptWriter,
     /// Synthetic closers, present while the log ends inside a turn and is quiet.
     closers: Vec<JsonMap>,
@@ -191,6 +193,7 @@ impl SessionView {
             torn: None,
             events: Vec::new(),
             types: Vec::new(),
+            type_parts: Vec::new(),
             transcript: TranscriptWriter::new(&self.id),
             closers: Vec::new(),
             cache: Vec::new(),
@@ -380,6 +383,7 @@ impl Indexed {
             fold,
             events,
             types,
+            type_parts,
             transcript,
             ..
         } = self;
@@ -388,6 +392,7 @@ impl Indexed {
                 Some(id) => id,
                 None => {
                     types.push(event_type.to_string());
+                    type_parts.push(event_file::type_part(event_type));
                     types.len() - 1
                 }
             };
@@ -471,8 +476,16 @@ impl Indexed {
 
     /// The file name of event `i` in `events/`.
     pub fn event_name(&self, i: u64) -> Option<String> {
-        self.event_type(i)
-            .map(|t| event_file::file_name(i, t, self.is_synthetic(i)))
+        match self.events.get(i as usize) {
+            Some(meta) => Some(event_file::name_with(
+                i,
+                &self.type_parts[meta.type_id as usize],
+                false,
+            )),
+            None => self
+                .event_type(i)
+                .map(|t| event_file::file_name(i, t, true)),
+        }
     }
 
     /// Event `i` itself (fetched from the store, or a synthetic closer).
