@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 
 use crate::error::Error;
@@ -97,6 +98,10 @@ impl Filesystem for FuseAdapter {
         // A growing file's cached pages are dropped when its size or mtime changes.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
         let _ = config.set_max_readahead(1 << 20);
+        // `ls -l` of the root gets each session's attributes with the listing.
+        let _ = config.add_capabilities(
+            fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
+        );
         Ok(())
     }
 
@@ -276,6 +281,56 @@ impl Filesystem for FuseAdapter {
                         Kind::Symlink => FileType::Symlink,
                     };
                     if reply.add(INodeNo(entry.ino), first + k as u64 + 3, kind, &entry.name) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
+            Err(errno) => reply.error(errno),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        // Cookies as in `readdir`. The kernel links no dentry for `.` and `..`.
+        const BATCH: usize = 512;
+        let result = guarded("readdirplus", || {
+            let own = self.fs.getattr(ino.0)?;
+            let first = offset.saturating_sub(2);
+            let entries = self.fs.readdir_plus(ino.0, first, BATCH)?;
+            Ok((own, first, entries))
+        });
+        match result {
+            Ok((own, first, entries)) => {
+                let own = file_attr(&own);
+                for (cookie, name) in [(1u64, "."), (2, "..")] {
+                    if offset < cookie
+                        && reply.add(ino, cookie, name, &Duration::ZERO, &own, Generation(0))
+                    {
+                        return reply.ok();
+                    }
+                }
+                for (k, plus) in entries.into_iter().enumerate() {
+                    let ttl = match plus.cacheable {
+                        true => self.attr_ttl(plus.entry.ino),
+                        false => Duration::ZERO,
+                    };
+                    let cookie = first + k as u64 + 3;
+                    let attr = file_attr(&plus.attr);
+                    if reply.add(
+                        INodeNo(plus.entry.ino),
+                        cookie,
+                        &plus.entry.name,
+                        &ttl,
+                        &attr,
+                        Generation(0),
+                    ) {
                         break;
                     }
                 }

@@ -549,6 +549,39 @@ fn everyday_tools_agree_with_stat() {
     );
 }
 
+/// `ls -l` lists a directory with `readdirplus`: the sizes it shows must be the
+/// bytes a read returns, for views (whose attributes the listing leaves stale)
+/// and for event files (whose attributes it gives) alike.
+#[test]
+fn ls_l_shows_the_sizes_that_reads_return() {
+    let copy = store_copy("jsonl-zstd");
+    let mount = Mount::new(&copy.path, &["-o", "grace=0"]);
+    let session = session_dir(mount.path(), "pipeline-compaction");
+    let mut checked = 0;
+    for dir in [session.clone(), session.join("events")] {
+        let ls = std::process::Command::new("ls")
+            .args(["-l", "--time-style=+%s"])
+            .arg(&dir)
+            .output()
+            .expect("ls");
+        assert!(ls.status.success());
+        for line in String::from_utf8_lossy(&ls.stdout).lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if !line.starts_with('-') || fields.len() < 7 {
+                continue;
+            }
+            let name = fields[fields.len() - 1];
+            if name == "fork" || name == "flush" {
+                continue;
+            }
+            let read = std::fs::read(dir.join(name)).expect("read").len();
+            assert_eq!(fields[4], read.to_string(), "{line}");
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "{checked}");
+}
+
 #[test]
 fn inode_numbers_stay_stable_while_mounted() {
     use std::os::unix::fs::MetadataExt;

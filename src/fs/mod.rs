@@ -85,6 +85,14 @@ pub struct DirEntry {
     pub name: String,
 }
 
+/// An entry of `readdirplus`.
+pub struct EntryPlus {
+    pub entry: DirEntry,
+    pub attr: Attr,
+    /// False when `attr` is a stand-in that must not be cached.
+    pub cacheable: bool,
+}
+
 /// Where a session's events come from.
 #[derive(Clone, Debug)]
 enum Source {
@@ -743,6 +751,32 @@ impl SessionFs {
         }
         let all = self.list_dir(decoded)?;
         Ok(all.into_iter().skip(offset as usize).take(limit).collect())
+    }
+
+    /// Entries with their attributes (`readdirplus`), so that `ls -l` of a large
+    /// directory needs no lookup per entry. A generated view's size costs a
+    /// render, so its attributes are given as already stale instead: the kernel
+    /// asks for them again before any use, as it does after a plain `readdir`.
+    pub fn readdir_plus(&self, ino: u64, offset: u64, limit: usize) -> Result<Vec<EntryPlus>> {
+        Ok(self
+            .readdir(ino, offset, limit)?
+            .into_iter()
+            .map(|entry| {
+                let known = match is_rewritable(entry.ino) {
+                    true => None,
+                    false => self.getattr(entry.ino).ok(),
+                };
+                let cacheable = known.is_some();
+                let attr = known.unwrap_or_else(|| {
+                    self.attr(entry.ino, entry.kind, 0, 0o444, SystemTime::UNIX_EPOCH)
+                });
+                EntryPlus {
+                    entry,
+                    attr,
+                    cacheable,
+                }
+            })
+            .collect())
     }
 
     fn list_dir(&self, ino: Ino) -> Result<Vec<DirEntry>> {

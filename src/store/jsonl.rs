@@ -8,6 +8,7 @@ use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::ops::ControlFlow;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -535,7 +536,7 @@ impl Backend for JsonlStore {
 
     fn list(&self) -> Vec<Listing> {
         let mut out = Vec::new();
-        let mut artifacts = Vec::new();
+        let mut session_dirs = Vec::new();
         for (_, project) in Self::subdirs(&self.root) {
             if let Ok(entries) = std::fs::read_dir(&project) {
                 for entry in entries.flatten() {
@@ -555,36 +556,44 @@ impl Backend for JsonlStore {
                     }
                 }
             }
-            for (segment, session_dir) in Self::subdirs(&project) {
-                for file in [RAW_NAME, ZSTD_NAME] {
-                    let path = session_dir.join(file);
-                    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
-                        artifacts.push((segment.clone(), path));
-                    }
-                }
-            }
+            session_dirs.extend(Self::subdirs(&project));
         }
-        // Header reads are small and independent; several at once keep the disk
-        // busy, so a store of thousands of sessions lists in a fraction of the time.
+        // Each session costs a few small reads (its directory, its first bytes),
+        // independent of the others: many at once keep the disk busy, so a store
+        // of thousands of sessions lists in a fraction of the time.
         let threads = std::thread::available_parallelism()
-            .map_or(4, |n| n.get() * 4)
+            .map_or(4, |n| n.get() * 8)
             .min(16);
-        let chunk = artifacts.len().div_ceil(threads).max(1);
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = artifacts
-                .chunks(chunk)
-                .map(|part| {
-                    scope.spawn(move || {
-                        part.iter()
-                            .map(|(segment, path)| self.listing(segment, path))
-                            .collect::<Vec<_>>()
+        let next = AtomicUsize::new(0);
+        let mut found: Vec<(usize, Listing)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut listed = Vec::new();
+                        loop {
+                            let at = next.fetch_add(1, Ordering::Relaxed);
+                            let Some((segment, dir)) = session_dirs.get(at) else {
+                                break;
+                            };
+                            for (k, file) in [RAW_NAME, ZSTD_NAME].into_iter().enumerate() {
+                                let path = dir.join(file);
+                                if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+                                    listed.push((2 * at + k, self.listing(segment, &path)));
+                                }
+                            }
+                        }
+                        listed
                     })
                 })
                 .collect();
-            for worker in workers {
-                out.extend(worker.join().unwrap_or_default());
-            }
+            workers
+                .into_iter()
+                .flat_map(|worker| worker.join().unwrap_or_default())
+                .collect()
         });
+        // In store order, whichever worker read them.
+        found.sort_by_key(|(order, _)| *order);
+        out.extend(found.into_iter().map(|(_, listing)| listing));
         out
     }
 
