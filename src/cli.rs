@@ -23,7 +23,7 @@ Options:
                             ro, rw, allow_other, allow_root, default_permissions,
                             repair (write the crash repair of quiet sessions
                             into the store, as the Harness's load would),
-                            uid=N, gid=N, grace=SECONDS, cache=MIB (default 512),
+                            uid=N, gid=N, grace=SECONDS, cache=MIB (default 1024),
                             window=MS (fork write-behind window, default 200),
                             attr_timeout=SECONDS (default 1), fsname=NAME,
                             dev, nodev, suid, nosuid, exec, noexec, atime, noatime;
@@ -149,7 +149,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         uid: None,
         gid: None,
         grace: Duration::from_secs(10),
-        cache_bytes: 512 << 20,
+        cache_bytes: 1 << 30,
         window: Duration::from_millis(200),
         attr_timeout: Duration::from_secs(1),
         fsname: None,

@@ -49,7 +49,7 @@ impl Default for FsConfig {
             gid: 0,
             read_only: false,
             grace: Duration::from_secs(10),
-            cache_bytes: 512 << 20,
+            cache_bytes: 1 << 30,
             write_window: Duration::from_millis(200),
             recheck: Duration::from_millis(250),
             repair: false,
@@ -926,7 +926,11 @@ impl SessionFs {
                 let indexed = view
                     .indexed_mut()
                     .ok_or_else(|| Error::NotFound("no such view".into()))?;
-                Ok(indexed.file(backend.as_ref(), &key, view_file(node))?)
+                let content = indexed.file(backend.as_ref(), &key, view_file(node))?;
+                drop(guard);
+                // A rendered file adds to what the cache holds.
+                self.evict_beyond_budget(&slot);
+                Ok(content)
             }
             Node::Error => Ok(static_content(view.error_text().unwrap_or_default())),
             Node::Event(seq) => {

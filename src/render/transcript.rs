@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -19,7 +20,9 @@ use crate::render::format_time;
 /// Renders events into markdown as they are folded.
 #[derive(Clone, Debug, Default)]
 pub struct TranscriptWriter {
-    out: Vec<u8>,
+    /// Shared with the file snapshots taken of it, so the transcript is held
+    /// once; writing after a snapshot copies it (open readers keep theirs).
+    out: Arc<Vec<u8>>,
     turn: Option<String>,
     /// Summaries by compaction id, until the replacement that uses them lands.
     summaries: HashMap<String, String>,
@@ -30,7 +33,7 @@ pub struct TranscriptWriter {
 impl TranscriptWriter {
     pub fn new(title: &str) -> TranscriptWriter {
         let mut writer = TranscriptWriter::default();
-        let _ = writeln!(writer.out, "# Transcript of {title}\n");
+        let _ = writeln!(writer.buffer(), "# Transcript of {title}\n");
         writer
     }
 
@@ -38,14 +41,14 @@ impl TranscriptWriter {
     /// to render events after this one without copying what is written.
     pub fn continuation(&self) -> TranscriptWriter {
         TranscriptWriter {
-            out: Vec::new(),
+            out: Arc::default(),
             ..self.clone_state()
         }
     }
 
     fn clone_state(&self) -> TranscriptWriter {
         TranscriptWriter {
-            out: Vec::new(),
+            out: Arc::default(),
             turn: self.turn.clone(),
             summaries: self.summaries.clone(),
             open_compactions: self.open_compactions.clone(),
@@ -54,6 +57,19 @@ impl TranscriptWriter {
 
     pub fn bytes(&self) -> &[u8] {
         &self.out
+    }
+
+    /// The bytes written so far, shared rather than copied.
+    pub fn shared(&self) -> Arc<Vec<u8>> {
+        Arc::clone(&self.out)
+    }
+
+    pub fn shrink(&mut self) {
+        self.buffer().shrink_to_fit();
+    }
+
+    fn buffer(&mut self) -> &mut Vec<u8> {
+        Arc::make_mut(&mut self.out)
     }
 
     /// The compactions that started and never ended, as a closing note.
@@ -86,7 +102,7 @@ impl TranscriptWriter {
         } else {
             ""
         };
-        let _ = writeln!(self.out, "### {tag} {who} · {when}{mark}\n");
+        let _ = writeln!(self.buffer(), "### {tag} {who} · {when}{mark}\n");
     }
 
     /// A block of text: the first line tagged, continuation lines indented.
@@ -95,11 +111,11 @@ impl TranscriptWriter {
         let mut lines = text.split('\n');
         let first = lines.next().unwrap_or_default();
         let label = label.map(|l| format!("{l} ")).unwrap_or_default();
-        let _ = writeln!(self.out, "{tag} {label}{first}");
+        let _ = writeln!(self.buffer(), "{tag} {label}{first}");
         for line in lines {
-            let _ = writeln!(self.out, "    {line}");
+            let _ = writeln!(self.buffer(), "    {line}");
         }
-        self.out.push(b'\n');
+        self.buffer().push(b'\n');
     }
 
     /// Renders one event. `synthetic` marks crash-repair closers.
@@ -117,7 +133,7 @@ impl TranscriptWriter {
                     .get("turn")
                     .map(|t| t.to_string())
                     .unwrap_or_else(|| "?".into());
-                let _ = writeln!(self.out, "## Turn {turn}\n");
+                let _ = writeln!(self.buffer(), "## Turn {turn}\n");
                 self.turn = Some(turn);
             }
             ("turn/end", _) => {

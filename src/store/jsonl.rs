@@ -78,8 +78,11 @@ fn decode_record(line: &[u8]) -> Result<Decoded, RecordError> {
 /// Decodes one stored line in full: a packed row expands to its events; any
 /// other object is one event.
 fn decode_events(line: &[u8]) -> Result<Vec<JsonMap>, RecordError> {
-    let text = String::from_utf8_lossy(line);
-    let value: Value = serde_json::from_str(&text).map_err(|_| RecordError::Unparsable)?;
+    // Invalid UTF-8 is read as the Harness's decoder reads it: replaced. Checked
+    // only when the direct parse fails, so valid lines are validated once.
+    let value: Value = serde_json::from_slice(line)
+        .or_else(|_| serde_json::from_str(&String::from_utf8_lossy(line)))
+        .map_err(|_| RecordError::Unparsable)?;
     match value {
         Value::Null => Err(RecordError::Null),
         Value::Object(map) => match map
@@ -805,35 +808,19 @@ enum Line {
 
 fn read_line(reader: &mut impl BufRead, limit: usize) -> io::Result<Line> {
     let mut line = Vec::new();
-    loop {
-        let buffer = reader.fill_buf()?;
-        if buffer.is_empty() {
-            return Ok(if line.is_empty() {
-                Line::End
-            } else {
-                Line::Partial
-            });
-        }
-        match buffer.iter().position(|b| *b == b'\n') {
-            Some(newline) => {
-                line.extend_from_slice(&buffer[..newline]);
-                reader.consume(newline + 1);
-                return Ok(if line.len() > limit {
-                    Line::TooLong
-                } else {
-                    Line::Complete(line)
-                });
-            }
-            None => {
-                let len = buffer.len();
-                line.extend_from_slice(buffer);
-                reader.consume(len);
-                if line.len() > limit {
-                    return Ok(Line::TooLong);
-                }
-            }
-        }
+    // One byte past the limit tells a line of exactly `limit` bytes from a longer one.
+    reader.take(limit as u64 + 1).read_until(b'\n', &mut line)?;
+    if line.last() == Some(&b'\n') {
+        line.pop();
+        return Ok(Line::Complete(line));
     }
+    Ok(if line.is_empty() {
+        Line::End
+    } else if line.len() > limit {
+        Line::TooLong
+    } else {
+        Line::Partial
+    })
 }
 
 fn read_raw_header(path: &Path) -> Result<Vec<u8>, String> {
@@ -933,5 +920,32 @@ fn make_private_dir(dir: &Path, parent: &Path) -> io::Result<()> {
             }
         }
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(text: &[u8], limit: usize) -> Vec<String> {
+        let mut reader = BufReader::with_capacity(4, text);
+        let mut out = Vec::new();
+        loop {
+            match read_line(&mut reader, limit).unwrap() {
+                Line::Complete(bytes) => out.push(String::from_utf8(bytes).unwrap()),
+                Line::Partial => return [out, vec!["partial".into()]].concat(),
+                Line::TooLong => return [out, vec!["too long".into()]].concat(),
+                Line::End => return out,
+            }
+        }
+    }
+
+    #[test]
+    fn lines_are_cut_at_newlines_and_held_to_the_limit() {
+        assert_eq!(lines(b"ab\n\ncde\n", 3), ["ab", "", "cde"]);
+        assert_eq!(lines(b"ab\ncde", 3), ["ab", "partial"]);
+        assert_eq!(lines(b"abc\nabcd\n", 3), ["abc", "too long"]);
+        assert_eq!(lines(b"abcd", 3), ["too long"]);
+        assert_eq!(lines(b"", 3), Vec::<String>::new());
     }
 }

@@ -153,9 +153,15 @@ impl SessionView {
     pub fn memory(&self) -> usize {
         match &self.state {
             State::Indexed(i) => {
-                i.events.len() * std::mem::size_of::<EventMeta>()
-                    + i.transcript.bytes().len()
-                    + i.cache.iter().map(|(_, c)| c.bytes.len()).sum::<usize>()
+                let transcript = i.transcript.shared();
+                i.events.capacity() * std::mem::size_of::<EventMeta>()
+                    + i.fold.turns().len()
+                    + transcript.capacity()
+                    + i.cache
+                        .iter()
+                        .filter(|(_, c)| !Arc::ptr_eq(&c.bytes, &transcript))
+                        .map(|(_, c)| c.bytes.capacity())
+                        .sum::<usize>()
             }
             State::Unreadable(_) => 0,
         }
@@ -201,6 +207,7 @@ impl SessionView {
         });
         match indexed.extend(backend, &self.key) {
             Ok(()) => {
+                indexed.shrink();
                 indexed.settle(self.quiet());
                 State::Indexed(indexed)
             }
@@ -233,6 +240,9 @@ impl SessionView {
             self.changed_at = SystemTime::now();
             let continued = match &mut self.state {
                 State::Indexed(indexed) if indexed.resumable => {
+                    // Cached files are stale now; dropped first, the transcript they
+                    // share is extended in place rather than copied.
+                    indexed.cache.clear();
                     let before = indexed.events.len();
                     let extended = indexed.extend(backend, &self.key).is_ok();
                     if extended && indexed.events.len() != before {
@@ -434,6 +444,13 @@ impl Indexed {
         Ok(())
     }
 
+    /// Returns the spare room a first scan's growing buffers left, so a cached
+    /// session costs what it holds.
+    fn shrink(&mut self) {
+        self.events.shrink_to_fit();
+        self.transcript.shrink();
+    }
+
     /// Computes the closers for the current quiet state; true when they changed.
     fn settle(&mut self, quiet: bool) -> bool {
         let closers = if quiet {
@@ -528,25 +545,26 @@ impl Indexed {
             return Ok(content.clone());
         }
         let bytes = match which {
-            ViewFile::Header => header_json(&self.header, Some(&self.fold)),
+            ViewFile::Header => Arc::new(header_json(&self.header, Some(&self.fold))),
             ViewFile::Transcript => self.transcript_bytes(),
-            ViewFile::Surface => self.surface_bytes(backend, key)?,
-            ViewFile::Index => self.index_bytes(backend, key)?,
+            ViewFile::Surface => Arc::new(self.surface_bytes(backend, key)?),
+            ViewFile::Index => Arc::new(self.index_bytes(backend, key)?),
         };
         // The surface is rewritten, not extended, whenever a replacement lands.
         let lineage = match which {
             ViewFile::Surface => self.lineage + (self.fold.surface().replace_generation() << 32),
             _ => self.lineage,
         };
-        let content = Content {
-            bytes: Arc::new(bytes),
-            lineage,
-        };
+        let content = Content { bytes, lineage };
         self.cache.push((which, content.clone()));
         Ok(content)
     }
 
-    fn transcript_bytes(&self) -> Vec<u8> {
+    fn transcript_bytes(&self) -> Arc<Vec<u8>> {
+        let note = self.transcript.unfinished_note();
+        if self.closers.is_empty() && note.is_empty() {
+            return self.transcript.shared();
+        }
         let mut bytes = self.transcript.bytes().to_vec();
         if !self.closers.is_empty() {
             let mut tail = self.transcript.continuation();
@@ -560,8 +578,8 @@ impl Indexed {
             }
             bytes.extend_from_slice(tail.bytes());
         }
-        bytes.extend(self.transcript.unfinished_note());
-        bytes
+        bytes.extend(note);
+        Arc::new(bytes)
     }
 
     /// Surface nodes in order, including synthetic tool results.
