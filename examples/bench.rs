@@ -474,6 +474,20 @@ fn figure_large(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &m
         secs(floor)
     ));
     let name = spec.mount_name();
+    let listing = ls_cost(&bench.options.dir, stats.events);
+    notes.push(format!(
+        "1: `ls | wc -l` of a tmpfs directory of {} empty files named like events/ takes {} on its own: the part of `ls events` that is ls's",
+        stats.events,
+        secs(listing)
+    ));
+    rows.push(Row {
+        figure: "1 ls | wc -l of as many names on tmpfs".into(),
+        value: secs(listing),
+        floor: "-".into(),
+        ratio: "-".into(),
+        target: "(information: ls's own cost)".into(),
+        met: "-".into(),
+    });
     for &enc in &bench.options.encodings.clone() {
         let mut peak = 0;
         let mut cpu_notes = Vec::new();
@@ -537,6 +551,24 @@ fn figure_large(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &m
             met: yes((peak as f64) < 256.0 * MIB),
         });
     }
+}
+
+/// What `ls | wc -l` costs on its own for `count` names: it reads, sorts and
+/// prints them all, whatever the filesystem. Timed warm on tmpfs (/dev/shm),
+/// or beside the stores when there is no tmpfs there.
+fn ls_cost(dir: &Path, count: u64) -> f64 {
+    let shm = Path::new("/dev/shm");
+    let base = if shm.is_dir() { shm } else { dir };
+    let names = base.join(format!("sessionfs-bench-names-{}", std::process::id()));
+    fs::create_dir_all(&names).expect("names directory");
+    for seq in 0..count {
+        fs::File::create(names.join(format!("{seq:08}-assistant.chunk.json"))).expect("name");
+    }
+    let script = format!("ls {} | wc -l", quote(&names));
+    time_sh(&script);
+    let (seconds, _) = time_sh(&script);
+    fs::remove_dir_all(&names).expect("remove names");
+    seconds
 }
 
 /// Concurrency: a small read while the large session builds cold.
