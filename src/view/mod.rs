@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
@@ -21,6 +21,9 @@ use crate::model::surface::SurfaceEffect;
 use crate::render::transcript::TranscriptWriter;
 use crate::render::{Standing, event_file, header_json, index_line, surface_line};
 use crate::store::{Backend, EventLoc, Listing, Revision, ScanEnd, ScanPoint, SessionKey};
+
+/// How long after its last growth a log counts as growing.
+const GROWING_FOR: Duration = Duration::from_secs(10);
 
 /// Bytes of a generated file as of one moment. `lineage` stays the same while the
 /// file only grows, so an open handle may follow appends (`tail -f`) yet never
@@ -74,6 +77,8 @@ pub struct Indexed {
     cache: Vec<(ViewFile, Content)>,
     /// Bumped whenever a file is rewritten rather than extended.
     lineage: u64,
+    /// When the log last grew while followed.
+    grown_at: Option<Instant>,
 }
 
 pub enum State {
@@ -204,6 +209,7 @@ impl SessionView {
             closers: Vec::new(),
             cache: Vec::new(),
             lineage: 0,
+            grown_at: None,
         });
         match indexed.extend(backend, &self.key) {
             Ok(()) => {
@@ -247,6 +253,7 @@ impl SessionView {
                     let extended = indexed.extend(backend, &self.key).is_ok();
                     if extended && indexed.events.len() != before {
                         indexed.changed(false);
+                        indexed.grown_at = Some(Instant::now());
                     }
                     extended
                 }
@@ -562,7 +569,11 @@ impl Indexed {
 
     fn transcript_bytes(&self) -> Arc<Vec<u8>> {
         let note = self.transcript.unfinished_note();
-        if self.closers.is_empty() && note.is_empty() {
+        // At rest, the file shares the writer's buffer, so the transcript is held
+        // once. A growing log copies it instead: the writer appends on every batch,
+        // and a shared buffer would be copied then, once per batch, not per render.
+        let growing = self.grown_at.is_some_and(|t| t.elapsed() < GROWING_FOR);
+        if self.closers.is_empty() && note.is_empty() && !growing {
             return self.transcript.shared();
         }
         let mut bytes = self.transcript.bytes().to_vec();
