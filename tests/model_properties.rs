@@ -3,6 +3,9 @@
 //! the transcript never loses an append-origin message, and index.jsonl
 //! classifies every seq exactly once, as the reference does.
 
+mod common;
+
+use common::Rng;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -10,23 +13,6 @@ use sessionfs::model::header::SessionHeader;
 use sessionfs::store::memory::MemoryStore;
 use sessionfs::store::{Backend, Listing, SessionKey};
 use sessionfs::view::{SessionView, ViewFile};
-
-/// splitmix64: a small deterministic generator, so failures reproduce by seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 /// The log under construction, with a naive reference fold beside it.
 struct Log {

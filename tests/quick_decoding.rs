@@ -4,6 +4,9 @@
 //! valid templates and then mutated at random (values swapped, keys dropped,
 //! added or duplicated, bytes flipped), so the narrow edges are exercised.
 
+mod common;
+
+use common::Rng;
 use serde_json::{Value, json};
 use sessionfs::json::JsonMap;
 use sessionfs::model::chunk_rows::{
@@ -12,27 +15,6 @@ use sessionfs::model::chunk_rows::{
 use sessionfs::model::fold::SessionFold;
 use sessionfs::model::header::SessionHeader;
 use sessionfs::model::quick::{self, Scanned};
-
-/// splitmix64: a small deterministic generator, so failures reproduce by seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-}
 
 const TEXTS: &[&str] = &[
     "a",
@@ -128,7 +110,7 @@ fn at<'a>(value: &'a mut Value, path: &[String]) -> &'a mut Value {
 fn mutate(rng: &mut Rng, mut value: Value) -> Vec<u8> {
     let mut all = Vec::new();
     paths(&value, &mut Vec::new(), &mut all);
-    let path = all[1 + rng.below(all.len() - 1)].clone();
+    let path = all[1 + rng.index(all.len() - 1)].clone();
     let text = |v: &Value| serde_json::to_string(v).unwrap();
     match rng.below(6) {
         0 => {
@@ -180,7 +162,7 @@ fn mutate(rng: &mut Rng, mut value: Value) -> Vec<u8> {
         }
         4 => {
             let mut bytes = text(&value).into_bytes();
-            let i = rng.below(bytes.len());
+            let i = rng.index(bytes.len());
             bytes[i] = rng.pick(b"\"\\{}[],:0 9-ez\xff\x00\n");
             bytes
         }
@@ -278,7 +260,7 @@ fn quick_sqlite_row_data_matches_the_full_expansion() {
             };
             serde_json::to_vec(mutant.get("data").unwrap_or(&Value::Null)).unwrap()
         };
-        let (seq0, time0) = (rng.below(3) as u64, 1_773_000_000_000i64);
+        let (seq0, time0) = (rng.below(3), 1_773_000_000_000i64);
         let Some(run) = quick::row_data(kind, seq0, time0, &data, SQLITE_ROW_LIMITS) else {
             continue;
         };
