@@ -30,21 +30,6 @@ pub enum Scanned {
     },
 }
 
-impl Scanned {
-    pub fn seq(&self) -> Option<u64> {
-        match self {
-            Scanned::Event(event) => event
-                .get("seq")
-                .and_then(crate::json::non_negative_safe_integer),
-            Scanned::Chunk { seq, .. } => Some(*seq),
-        }
-    }
-
-    pub fn is_turn_end(&self) -> bool {
-        matches!(self, Scanned::Event(e) if e.get("type").and_then(serde_json::Value::as_str) == Some("turn/end"))
-    }
-}
-
 /// A run of `assistant/chunk` events: the first seq and each event's time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChunkRun {
