@@ -12,6 +12,11 @@ use std::path::Path;
 
 use common::{Mount, TempDir, session_dir};
 use serde_json::{Value, json};
+use sessionfs::json::JsonMap;
+use sessionfs::model::chunk_rows::{JSONL_ROW_LIMITS, RowKind, expand_jsonl_row};
+use sessionfs::model::header::SessionHeader;
+use sessionfs::store::Backend;
+use sessionfs::store::sqlite::SqliteStore;
 use sessionfs::store::zstd_frames::encode_frame;
 
 const ID: &str = "large-session";
@@ -184,6 +189,58 @@ fn write_stores(root: &Path, records: &[Value]) -> (std::path::PathBuf, std::pat
     }
     fs::write(dir.join("session.jsonl.zstd"), artifact).unwrap();
     (raw, zstd)
+}
+
+/// The logical events of the records (packed rows expanded).
+fn logical_events(records: &[Value]) -> Vec<JsonMap> {
+    records
+        .iter()
+        .flat_map(|record| {
+            let map = record.as_object().unwrap().clone();
+            match map["type"].as_str().and_then(RowKind::from_tag) {
+                Some(kind) => expand_jsonl_row(kind, &map, JSONL_ROW_LIMITS).unwrap(),
+                None => vec![map],
+            }
+        })
+        .collect()
+}
+
+/// A copy of the schema-17 fixture database with the session added to it,
+/// written as sessionfs writes fork children (rows packed as the Harness packs).
+fn write_sqlite(root: &Path, records: &[Value]) -> std::path::PathBuf {
+    let db = root.join("sqlite").join("sessions.db");
+    fs::create_dir_all(db.parent().unwrap()).unwrap();
+    fs::copy(common::fixtures().join("stores/sqlite17/sessions.db"), &db).unwrap();
+    let header = SessionHeader {
+        cwd: Some("/w".into()),
+        ..SessionHeader::new(ID, 1_772_000_000_000)
+    };
+    SqliteStore::open(&db)
+        .unwrap()
+        .create(&header, &logical_events(records))
+        .unwrap();
+    db
+}
+
+#[test]
+fn a_large_session_reads_the_same_from_sqlite_as_from_raw_jsonl() {
+    let records = log(600);
+    let temp = TempDir::new("large-sqlite");
+    let (raw, _) = write_stores(temp.path(), &records);
+    let db = write_sqlite(temp.path(), &records);
+    let raw_mount = Mount::new(&raw, &[]);
+    let sqlite_mount = Mount::new(&db, &[]);
+    let raw_tree = tree(raw_mount.path());
+    let sqlite_tree = tree(sqlite_mount.path());
+    assert!(!raw_tree.contains_key("error") && !sqlite_tree.contains_key("error"));
+    let events = raw_tree["events/"].split(|b| *b == b'\n').count();
+    assert!(events > 30_000, "{events} events, several batches of rows");
+    for (name, bytes) in &raw_tree {
+        if name == "header.json" {
+            continue;
+        }
+        assert!(sqlite_tree.get(name) == Some(bytes), "{name} differs");
+    }
 }
 
 #[test]

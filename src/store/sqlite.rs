@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 use rusqlite::types::{ToSqlOutput, Value as SqlValue, ValueRef};
@@ -277,6 +277,30 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// Reads the rows of session `id` from row seq `from` on, at most one batch,
+    /// in a short read transaction of its own (so memory stays bounded and a
+    /// writer is never held up by a long read), and decodes them.
+    fn decoded_batch(&self, id: &str, from: i64) -> Result<RowBatch, Refusal> {
+        let rows = self.read(|tx| {
+            if !session_exists(tx, id)? {
+                return Ok(None);
+            }
+            let mut select = tx.prepare_cached(self.schema.rows_from_sql())?;
+            let rows = select
+                .query_map(params![id, from, SCAN_BATCH_ROWS], PhysicalRow::read)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(Some(rows))
+        })?;
+        let rows = rows.ok_or_else(|| self.gone(id))?;
+        Ok(RowBatch {
+            full: rows.len() == SCAN_BATCH_ROWS as usize,
+            rows: rows
+                .iter()
+                .map(|row| (row.seq, self.decode_for_scan(row)))
+                .collect(),
+        })
+    }
+
     /// Turns one physical row into the scanner's input.
     fn decode_for_scan(&self, row: &PhysicalRow) -> Decoded {
         if let Some(run) = row.quick() {
@@ -422,51 +446,50 @@ impl Backend for SqliteStore {
         let first_row = i64::try_from(from.offset).unwrap_or(i64::MAX);
         let mut scanner = TailScanner::new(from.events);
         let mut first_torn_row = None;
-        let mut next_row = first_row;
-        // Rows are read in batches, each in its own short read transaction, so
-        // memory stays bounded and a writer is never held up by a long read; the
-        // lock is released before the sink runs.
-        loop {
-            let rows = self.read(|tx| {
-                if !session_exists(tx, id)? {
-                    return Ok(None);
-                }
-                let mut select = tx.prepare_cached(self.schema.rows_from_sql())?;
-                let rows = select
-                    .query_map(params![id, next_row, SCAN_BATCH_ROWS], PhysicalRow::read)?
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
-                Ok(Some(rows))
-            })?;
-            let rows = rows.ok_or_else(|| self.gone(id))?;
-            let Some(last) = rows.last() else { break };
-            next_row = i64::try_from(last.seq)
-                .unwrap_or(i64::MAX)
-                .saturating_add(1);
-            for row in &rows {
+        let mut feed = |batch: Vec<(u64, Decoded)>| -> Result<(), Refusal> {
+            for (seq, decoded) in batch {
                 let expected = scanner.next_seq();
                 let gap = || {
                     format!(
-                        "corrupt session log: committed row at seq {} breaks seq contiguity (expected seq {expected})",
-                        row.seq
+                        "corrupt session log: committed row at seq {seq} breaks seq contiguity (expected seq {expected})"
                     )
                 };
-                match scanner.feed(self.decode_for_scan(row), gap)? {
+                match scanner.feed(decoded, gap)? {
                     Some(record) => record.deliver(|member, event| {
                         let loc = EventLoc {
-                            record: row.seq,
+                            record: seq,
                             within: 0,
                             member,
                         };
                         sink(loc, event)
                     })?,
                     None => {
-                        first_torn_row.get_or_insert(row.seq);
+                        first_torn_row.get_or_insert(seq);
                     }
                 }
             }
-            if rows.len() < SCAN_BATCH_ROWS as usize {
-                break;
-            }
+            Ok(())
+        };
+        let batch = self.decoded_batch(id, first_row)?;
+        let next_row = batch.next_row();
+        feed(batch.rows)?;
+        if let Some(next_row) = next_row {
+            // A long session: later batches are read and decoded on a second
+            // thread while the fold works on earlier ones.
+            std::thread::scope(|scope| {
+                let (batches, received) = mpsc::sync_channel(2);
+                scope.spawn(move || {
+                    let mut next_row = Some(next_row);
+                    while let Some(from) = next_row {
+                        let batch = self.decoded_batch(id, from);
+                        next_row = batch.as_ref().ok().and_then(RowBatch::next_row);
+                        if batches.send(batch).is_err() {
+                            return;
+                        }
+                    }
+                });
+                received.iter().try_for_each(|batch| feed(batch?.rows))
+            })?;
         }
         let events = scanner.next_seq();
         Ok(match first_torn_row {
@@ -937,6 +960,21 @@ struct PhysicalRow {
     surface_op: Cell,
     /// Always NULL in schema 14, which has no such column.
     ignorable: Cell,
+}
+
+/// One batch of a session's rows, decoded: each row's seq and what it holds.
+struct RowBatch {
+    rows: Vec<(u64, Decoded)>,
+    /// The batch is as long as a batch can be: more rows may follow.
+    full: bool,
+}
+
+impl RowBatch {
+    /// Where the next batch starts, when one may follow.
+    fn next_row(&self) -> Option<i64> {
+        let (last, _) = self.rows.last().filter(|_| self.full)?;
+        Some(i64::try_from(*last).unwrap_or(i64::MAX).saturating_add(1))
+    }
 }
 
 impl PhysicalRow {
