@@ -271,6 +271,19 @@ fn a_large_session_reads_the_same_from_raw_and_zstd_and_while_torn() {
     assert_eq!(chunk["seq"], 44);
     drop(zstd_mount);
 
+    // A raw log cut inside its last line shows every whole line, as before.
+    drop(raw_mount);
+    let raw_log = raw.join("--w--").join(ID).join("session.jsonl");
+    let mut cut = fs::read(&raw_log).unwrap();
+    cut.extend_from_slice(br#"{"type":"turn/start","seq":"#);
+    fs::write(&raw_log, &cut).unwrap();
+    let cut_mount = Mount::new(&raw, &[]);
+    assert!(
+        tree(cut_mount.path()) == raw_tree,
+        "a cut last line hides no whole line"
+    );
+    drop(cut_mount);
+
     // Cut the artifact inside its last frame: the session shows what was whole.
     let whole = fs::read(&artifact).unwrap();
     fs::write(&artifact, &whole[..whole.len() - 5]).unwrap();

@@ -106,6 +106,74 @@ enum RecordError {
     Null,
 }
 
+/// The next line of a raw log, decoded, or how the log ends.
+enum RawLine {
+    Decoded {
+        len: u64,
+        decoded: Result<Decoded, RecordError>,
+    },
+    End,
+    Partial,
+    TooLong,
+    Failed(io::Error),
+}
+
+impl RawLine {
+    fn next(reader: &mut impl BufRead) -> RawLine {
+        match read_line(reader, MAX_RECORD_BYTES) {
+            Ok(Line::Complete(bytes)) => RawLine::Decoded {
+                len: bytes.len() as u64,
+                decoded: decode_record(&bytes),
+            },
+            Ok(Line::End) => RawLine::End,
+            Ok(Line::Partial) => RawLine::Partial,
+            Ok(Line::TooLong) => RawLine::TooLong,
+            Err(e) => RawLine::Failed(e),
+        }
+    }
+
+    fn ends(&self) -> bool {
+        !matches!(self, RawLine::Decoded { .. })
+    }
+}
+
+/// Reads and decodes the lines of a large raw log on a second thread, handing
+/// them in order to `consume` until it breaks: parsing and folding then run
+/// on two cores. `None` when the reading thread stopped without an end.
+fn decode_ahead<T>(
+    mut reader: BufReader<File>,
+    mut consume: impl FnMut(RawLine) -> ControlFlow<T>,
+) -> Option<T> {
+    const BATCH_LINES: usize = 1024;
+    std::thread::scope(|scope| {
+        let (batches, received) = std::sync::mpsc::sync_channel::<Vec<RawLine>>(2);
+        scope.spawn(move || {
+            loop {
+                let mut batch = Vec::with_capacity(BATCH_LINES);
+                let mut ended = false;
+                while batch.len() < BATCH_LINES && !ended {
+                    let line = RawLine::next(&mut reader);
+                    ended = line.ends();
+                    batch.push(line);
+                }
+                if batches.send(batch).is_err() || ended {
+                    return;
+                }
+            }
+        });
+        for batch in received.iter() {
+            for line in batch {
+                if let ControlFlow::Break(end) = consume(line) {
+                    return Some(end);
+                }
+            }
+        }
+        // The reading side always sends a line that ends the log; without one,
+        // that thread failed.
+        None
+    })
+}
+
 /// The line scanner of spec §10.5 over plaintext records, shared by raw and zstd.
 struct LineScanner<'a> {
     tail: TailScanner,
@@ -118,9 +186,18 @@ struct LineScanner<'a> {
 impl LineScanner<'_> {
     /// Feeds one complete line (without its newline) stored at `loc`.
     fn line(&mut self, line: &[u8], loc: EventLoc) -> Result<bool, Refusal> {
+        self.decoded(decode_record(line), loc)
+    }
+
+    /// Feeds the next line, already decoded; true when it was kept.
+    fn decoded(
+        &mut self,
+        decoded: Result<Decoded, RecordError>,
+        loc: EventLoc,
+    ) -> Result<bool, Refusal> {
         self.line_number += 1;
         let number = self.line_number;
-        let decoded = match decode_record(line) {
+        let decoded = match decoded {
             Ok(decoded) => decoded,
             Err(RecordError::Null) => {
                 return Err(corrupt(
@@ -271,33 +348,35 @@ impl JsonlStore {
             ..from.clone()
         };
         let mut position = offset;
-        loop {
-            match read_line(&mut reader, MAX_RECORD_BYTES).map_err(|e| io_refusal(path, e))? {
-                Line::End => break,
-                Line::Partial => {
-                    return Ok((
-                        committed,
-                        ScanEnd::Torn {
-                            at: format!("byte {position} (an unterminated last line)"),
-                        },
-                    ));
+        let mut consume = |item: RawLine| -> ControlFlow<Result<ScanEnd, Refusal>> {
+            let decoded = match item {
+                RawLine::Decoded { len, decoded } => (len, decoded),
+                RawLine::End => return ControlFlow::Break(Ok(ScanEnd::Complete)),
+                RawLine::Partial => {
+                    return ControlFlow::Break(Ok(ScanEnd::Torn {
+                        at: format!("byte {position} (an unterminated last line)"),
+                    }));
                 }
-                Line::TooLong => {
-                    return Err(corrupt(
+                RawLine::TooLong => {
+                    return ControlFlow::Break(Err(corrupt(
                         path,
                         format!(
                             "record at byte {position} is longer than {MAX_RECORD_BYTES} bytes"
                         ),
-                    ));
+                    )));
                 }
-                Line::Complete(bytes) => {
-                    let loc = EventLoc {
-                        record: position,
-                        within: 0,
-                        member: 0,
-                    };
-                    let kept = scanner.line(&bytes, loc)?;
-                    position += bytes.len() as u64 + 1;
+                RawLine::Failed(e) => return ControlFlow::Break(Err(io_refusal(path, e))),
+            };
+            let loc = EventLoc {
+                record: position,
+                within: 0,
+                member: 0,
+            };
+            let (len, decoded) = decoded;
+            match scanner.decoded(decoded, loc) {
+                Err(refusal) => return ControlFlow::Break(Err(refusal)),
+                Ok(kept) => {
+                    position += len + 1;
                     if kept {
                         committed = ScanPoint {
                             events: scanner.tail.next_seq(),
@@ -308,15 +387,36 @@ impl JsonlStore {
                     }
                 }
             }
-        }
-        match scanner.tail.issue() {
-            Some(issue) => Ok((
+            ControlFlow::Continue(())
+        };
+        let unread = reader
+            .get_ref()
+            .metadata()
+            .map_err(|e| io_refusal(path, e))?
+            .len()
+            .saturating_sub(offset);
+        let end = if unread < DECODE_AHEAD_BYTES {
+            loop {
+                if let ControlFlow::Break(end) = consume(RawLine::next(&mut reader)) {
+                    break end;
+                }
+            }
+        } else {
+            decode_ahead(reader, consume).unwrap_or_else(|| {
+                Err(io_refusal(
+                    path,
+                    io::Error::other("the reading thread stopped"),
+                ))
+            })
+        }?;
+        match (end, scanner.tail.issue()) {
+            (ScanEnd::Complete, Some(issue)) => Ok((
                 committed,
                 ScanEnd::Torn {
                     at: issue.to_string(),
                 },
             )),
-            None => Ok((committed, ScanEnd::Complete)),
+            (end, _) => Ok((committed, end)),
         }
     }
 
