@@ -5,6 +5,7 @@
 use serde_json::{Map, Value};
 
 use crate::json::{JsonMap, MAX_SAFE_INTEGER, safe_integer};
+use crate::model::fold::CHUNK_TYPE;
 
 /// The three storage tags. They have no slash, so they never clash with event types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -234,7 +235,7 @@ fn expand(row: &Row) -> Vec<JsonMap> {
         data.insert("step".into(), row.step.clone());
         data.insert("chunk".into(), Value::Object(chunk));
         let mut event = Map::new();
-        event.insert("type".into(), "assistant/chunk".into());
+        event.insert("type".into(), CHUNK_TYPE.into());
         event.insert("seq".into(), (row.seq0 + k as i64).into());
         event.insert("time".into(), time.into());
         event.insert("data".into(), Value::Object(data));
@@ -291,9 +292,7 @@ struct Eligible<'a> {
 
 impl<'a> Eligible<'a> {
     fn of(event: &'a JsonMap) -> Option<Eligible<'a>> {
-        if !exact_keys(event, &["type", "seq", "time", "data"])
-            || event["type"] != "assistant/chunk"
-        {
+        if !exact_keys(event, &["type", "seq", "time", "data"]) || event["type"] != CHUNK_TYPE {
             return None;
         }
         let seq = safe_integer(&event["seq"]).filter(|s| *s >= 0)?;

@@ -25,7 +25,7 @@ use crate::store::zstd_frames::{
     encode_frame, read_frames, scan_frame,
 };
 use crate::store::{
-    Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey,
+    Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey, read_ahead,
 };
 
 pub const RAW_NAME: &str = "session.jsonl";
@@ -132,46 +132,10 @@ impl RawLine {
         }
     }
 
+    /// A line after which the log has nothing more to read.
     fn ends(&self) -> bool {
         !matches!(self, RawLine::Decoded { .. })
     }
-}
-
-/// Reads and decodes the lines of a large raw log on a second thread, handing
-/// them in order to `consume` until it breaks: parsing and folding then run
-/// on two cores. `None` when the reading thread stopped without an end.
-fn decode_ahead<T>(
-    mut reader: BufReader<File>,
-    mut consume: impl FnMut(RawLine) -> ControlFlow<T>,
-) -> Option<T> {
-    const BATCH_LINES: usize = 1024;
-    std::thread::scope(|scope| {
-        let (batches, received) = std::sync::mpsc::sync_channel::<Vec<RawLine>>(2);
-        scope.spawn(move || {
-            loop {
-                let mut batch = Vec::with_capacity(BATCH_LINES);
-                let mut ended = false;
-                while batch.len() < BATCH_LINES && !ended {
-                    let line = RawLine::next(&mut reader);
-                    ended = line.ends();
-                    batch.push(line);
-                }
-                if batches.send(batch).is_err() || ended {
-                    return;
-                }
-            }
-        });
-        for batch in received.iter() {
-            for line in batch {
-                if let ControlFlow::Break(end) = consume(line) {
-                    return Some(end);
-                }
-            }
-        }
-        // The reading side always sends a line that ends the log; without one,
-        // that thread failed.
-        None
-    })
 }
 
 /// The line scanner of spec §10.5 over plaintext records, shared by raw and zstd.
@@ -402,12 +366,20 @@ impl JsonlStore {
                 }
             }
         } else {
-            decode_ahead(reader, consume).unwrap_or_else(|| {
-                Err(io_refusal(
+            // Lines are read and decoded on a second thread while they are folded.
+            let next = || {
+                let line = RawLine::next(&mut reader);
+                let more = !line.ends();
+                (line, more)
+            };
+            match read_ahead(1024, next, consume) {
+                ControlFlow::Break(end) => end,
+                // The last line read always ends the scan.
+                ControlFlow::Continue(()) => Err(io_refusal(
                     path,
-                    io::Error::other("the reading thread stopped"),
-                ))
-            })
+                    io::Error::other("the log ended without an end"),
+                )),
+            }
         }?;
         match (end, scanner.tail.issue()) {
             (ScanEnd::Complete, Some(issue)) => Ok((

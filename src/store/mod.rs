@@ -11,7 +11,9 @@ pub mod sqlite;
 pub mod tail;
 pub mod zstd_frames;
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 
 use crate::json::JsonMap;
 use crate::model::Refusal;
@@ -178,4 +180,41 @@ pub fn open(path: &Path) -> Result<Box<dyn Backend>, String> {
         "store {} is neither a directory of JSONL sessions nor an SQLite file",
         path.display()
     ))
+}
+
+/// Runs `produce` on a second thread, ahead of `consume`, which gets its items
+/// in order: a long scan then reads and decodes on one core while it folds on
+/// the other. `produce` returns each item and whether more may follow;
+/// `consume` breaks to stop early. Items travel in batches of up to `batch`, so
+/// the hand-over costs little per item. `Continue` means every item was
+/// consumed without a break.
+pub(crate) fn read_ahead<I: Send, T>(
+    batch: usize,
+    mut produce: impl FnMut() -> (I, bool) + Send,
+    mut consume: impl FnMut(I) -> ControlFlow<T>,
+) -> ControlFlow<T> {
+    std::thread::scope(|scope| {
+        let (batches, received) = mpsc::sync_channel::<Vec<I>>(2);
+        scope.spawn(move || {
+            let mut more = true;
+            while more {
+                let mut items = Vec::with_capacity(batch);
+                while more && items.len() < batch {
+                    let (item, more_after) = produce();
+                    items.push(item);
+                    more = more_after;
+                }
+                // The reading side hung up: it stopped early.
+                if batches.send(items).is_err() {
+                    return;
+                }
+            }
+        });
+        for item in received.iter().flatten() {
+            if let ControlFlow::Break(end) = consume(item) {
+                return ControlFlow::Break(end);
+            }
+        }
+        ControlFlow::Continue(())
+    })
 }

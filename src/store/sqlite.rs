@@ -9,8 +9,9 @@
 
 use std::borrow::Cow;
 use std::io::{self, Read};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError, mpsc};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use rusqlite::types::{ToSqlOutput, Value as SqlValue, ValueRef};
@@ -21,7 +22,9 @@ use rusqlite::{
 use serde_json::{Map, Value};
 
 use super::tail::{Decoded, TailScanner};
-use super::{Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey};
+use super::{
+    Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey, read_ahead,
+};
 use crate::json::{JsonMap, MAX_SAFE_INTEGER, non_negative_safe_integer, safe_integer};
 use crate::model::Refusal;
 use crate::model::chunk_rows::{self, JSONL_ROW_LIMITS, RowKind, SQLITE_ROW_LIMITS};
@@ -476,20 +479,20 @@ impl Backend for SqliteStore {
         if let Some(next_row) = next_row {
             // A long session: later batches are read and decoded on a second
             // thread while the fold works on earlier ones.
-            std::thread::scope(|scope| {
-                let (batches, received) = mpsc::sync_channel(2);
-                scope.spawn(move || {
-                    let mut next_row = Some(next_row);
-                    while let Some(from) = next_row {
-                        let batch = self.decoded_batch(id, from);
-                        next_row = batch.as_ref().ok().and_then(RowBatch::next_row);
-                        if batches.send(batch).is_err() {
-                            return;
-                        }
-                    }
-                });
-                received.iter().try_for_each(|batch| feed(batch?.rows))
-            })?;
+            let mut from = next_row;
+            let next = || {
+                let batch = self.decoded_batch(id, from);
+                let next = batch.as_ref().ok().and_then(RowBatch::next_row);
+                from = next.unwrap_or(from);
+                (batch, next.is_some())
+            };
+            let fold = |batch: Result<RowBatch, Refusal>| match batch.and_then(|b| feed(b.rows)) {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(refusal) => ControlFlow::Break(refusal),
+            };
+            if let ControlFlow::Break(refusal) = read_ahead(1, next, fold) {
+                return Err(refusal);
+            }
         }
         let events = scanner.next_seq();
         Ok(match first_torn_row {
