@@ -46,12 +46,20 @@ pub struct JsonlStore {
     /// The last decompressed zstd frame, so fetching neighbouring events does not
     /// decompress the same frame again and again.
     frame_cache: Mutex<Option<CachedFrame>>,
+    /// Session directories that held no log at the last listing (one being
+    /// materialised): their own times join the listing revision, since the log
+    /// appearing in them changes no project directory.
+    without_log: Mutex<Vec<PathBuf>>,
 }
 
 struct CachedFrame {
     path: PathBuf,
     offset: u64,
     plaintext: Arc<Vec<u8>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn is_zstd(path: &Path) -> bool {
@@ -198,6 +206,7 @@ impl JsonlStore {
         Ok(JsonlStore {
             root,
             frame_cache: Mutex::new(None),
+            without_log: Mutex::default(),
         })
     }
 
@@ -640,6 +649,7 @@ impl Backend for JsonlStore {
             .map_or(4, |n| n.get() * 8)
             .min(16);
         let next = AtomicUsize::new(0);
+        lock(&self.without_log).clear();
         let mut found: Vec<(usize, Listing)> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
                 .map(|_| {
@@ -650,11 +660,16 @@ impl Backend for JsonlStore {
                             let Some((segment, dir)) = session_dirs.get(at) else {
                                 break;
                             };
+                            let mut found = false;
                             for (k, file) in [RAW_NAME, ZSTD_NAME].into_iter().enumerate() {
                                 let path = dir.join(file);
                                 if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
                                     listed.push((2 * at + k, self.listing(segment, &path)));
+                                    found = true;
                                 }
+                            }
+                            if !found {
+                                lock(&self.without_log).push(dir.clone());
                             }
                         }
                         listed
@@ -673,8 +688,10 @@ impl Backend for JsonlStore {
     }
 
     fn listing_revision(&self) -> Option<String> {
-        // New sessions change the mtime of their project directory (a new session
-        // directory) or of their session directory (the log linked into place).
+        // New and removed sessions change the mtime of their project directory
+        // (a session directory made or removed); a log linked into a directory
+        // that had none changes that directory. So this costs a stat per project
+        // and per directory seen without a log, not one per session.
         let mut revision = String::new();
         let mut add = |path: &Path| {
             let meta = std::fs::symlink_metadata(path).ok()?;
@@ -684,11 +701,33 @@ impl Backend for JsonlStore {
         add(&self.root)?;
         for (_, project) in Self::subdirs(&self.root) {
             add(&project)?;
-            for (_, session) in Self::subdirs(&project) {
-                add(&session)?;
-            }
+        }
+        for dir in lock(&self.without_log).iter() {
+            add(dir)?;
         }
         Some(revision)
+    }
+
+    fn find(&self, id: &str) -> Vec<Listing> {
+        let Some(segment) = encode_segment(id) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for (_, project) in Self::subdirs(&self.root) {
+            let dir = project.join(&segment);
+            // As in a listing, a session directory reached through a symlink is
+            // not in the store.
+            if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+                continue;
+            }
+            for file in [RAW_NAME, ZSTD_NAME] {
+                let path = dir.join(file);
+                if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+                    found.push(self.listing(&segment, &path));
+                }
+            }
+        }
+        found
     }
 
     fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal> {

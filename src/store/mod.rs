@@ -115,6 +115,21 @@ pub trait Backend: Send + Sync {
     /// Every session, from headers alone (never whole logs).
     fn list(&self) -> Vec<Listing>;
 
+    /// The artifacts that hold session `id` (more than one is a duplicate id),
+    /// found without listing the store. This default serves stores keyed by id.
+    fn find(&self, id: &str) -> Vec<Listing> {
+        if !self.contains(id) {
+            return Vec::new();
+        }
+        let key = SessionKey::Row(id.to_string());
+        vec![Listing {
+            id: id.to_string(),
+            header: self.header(&key).map_err(|r| r.message().to_string()),
+            key,
+            raw_name: None,
+        }]
+    }
+
     /// A cheap identity of the set of sessions: while it is unchanged, listing
     /// again would find nothing new. `None` when the store cannot tell.
     fn listing_revision(&self) -> Option<String> {
