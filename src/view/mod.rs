@@ -34,6 +34,21 @@ pub struct Content {
     pub lineage: u64,
 }
 
+/// Every file of a session directory whose bytes are generated: one name for
+/// each, so that a file's size and its bytes come from one place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileId {
+    /// `header.json`: also shown for a session whose log cannot be read.
+    Header,
+    Surface,
+    Transcript,
+    Index,
+    /// `error`: only for a session that cannot be read.
+    Error,
+    /// A file of `events/`: stored events, then synthetic closers.
+    Event(u64),
+}
+
 /// The generated files of a readable session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ViewFile {
@@ -336,6 +351,51 @@ impl SessionView {
         match &mut self.state {
             State::Indexed(i) => Some(i),
             State::Unreadable(_) => None,
+        }
+    }
+
+    /// The bytes of one generated file as of now; `NotFound`-like refusals are
+    /// `None`. Both a file's size (`stat`) and its content (`read`) come from
+    /// here, so they cannot disagree.
+    pub fn file(
+        &mut self,
+        backend: &dyn Backend,
+        which: FileId,
+    ) -> Option<Result<Content, Refusal>> {
+        let fixed = |bytes: Vec<u8>| {
+            Some(Ok(Content {
+                bytes: Arc::new(bytes),
+                lineage: 0,
+            }))
+        };
+        let key = self.key.clone();
+        match (&mut self.state, which) {
+            (State::Unreadable(u), FileId::Header) => {
+                u.header.as_ref().and_then(|h| fixed(header_json(h, None)))
+            }
+            (State::Unreadable(_), FileId::Error) => self.error_text().and_then(fixed),
+            (State::Unreadable(_), _) | (State::Indexed(_), FileId::Error) => None,
+            (State::Indexed(indexed), FileId::Event(seq)) => {
+                if seq >= indexed.stored_count() + indexed.closers.len() as u64 {
+                    return None;
+                }
+                Some(indexed.event(backend, &key, seq).map(|event| Content {
+                    bytes: Arc::new(event_file::content(&event)),
+                    lineage: 0,
+                }))
+            }
+            (State::Indexed(indexed), FileId::Header) => {
+                Some(indexed.file(backend, &key, ViewFile::Header))
+            }
+            (State::Indexed(indexed), FileId::Surface) => {
+                Some(indexed.file(backend, &key, ViewFile::Surface))
+            }
+            (State::Indexed(indexed), FileId::Transcript) => {
+                Some(indexed.file(backend, &key, ViewFile::Transcript))
+            }
+            (State::Indexed(indexed), FileId::Index) => {
+                Some(indexed.file(backend, &key, ViewFile::Index))
+            }
         }
     }
 
