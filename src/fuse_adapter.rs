@@ -253,7 +253,8 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        // Cookies: 1 and 2 are `.` and `..`; entry k of the listing has cookie k + 3.
+        // Cookies: 1 and 2 are `.` and `..`; an entry's cookie is 2 + the offset
+        // the model continues from after it.
         const BATCH: usize = 512;
         let result = guarded("readdir", || {
             let mut dots = Vec::new();
@@ -265,22 +266,22 @@ impl Filesystem for FuseAdapter {
             }
             let first = offset.saturating_sub(2);
             let entries = self.fs.readdir(ino.0, first, BATCH)?;
-            Ok((dots, first, entries))
+            Ok((dots, entries))
         });
         match result {
-            Ok((dots, first, entries)) => {
+            Ok((dots, entries)) => {
                 for (ino, cookie, kind, name) in dots {
                     if reply.add(INodeNo(ino), cookie, kind, name) {
                         return reply.ok();
                     }
                 }
-                for (k, entry) in entries.into_iter().enumerate() {
+                for entry in entries {
                     let kind = match entry.kind {
                         Kind::Dir => FileType::Directory,
                         Kind::File => FileType::RegularFile,
                         Kind::Symlink => FileType::Symlink,
                     };
-                    if reply.add(INodeNo(entry.ino), first + k as u64 + 3, kind, &entry.name) {
+                    if reply.add(INodeNo(entry.ino), entry.next + 2, kind, &entry.name) {
                         break;
                     }
                 }
@@ -304,10 +305,10 @@ impl Filesystem for FuseAdapter {
             let own = self.fs.getattr(ino.0)?;
             let first = offset.saturating_sub(2);
             let entries = self.fs.readdir_plus(ino.0, first, BATCH)?;
-            Ok((own, first, entries))
+            Ok((own, entries))
         });
         match result {
-            Ok((own, first, entries)) => {
+            Ok((own, entries)) => {
                 let own = file_attr(&own);
                 for (cookie, name) in [(1u64, "."), (2, "..")] {
                     if offset < cookie
@@ -316,12 +317,12 @@ impl Filesystem for FuseAdapter {
                         return reply.ok();
                     }
                 }
-                for (k, plus) in entries.into_iter().enumerate() {
+                for plus in entries {
                     let ttl = match plus.cacheable {
                         true => self.attr_ttl(plus.entry.ino),
                         false => Duration::ZERO,
                     };
-                    let cookie = first + k as u64 + 3;
+                    let cookie = plus.entry.next + 2;
                     let attr = file_attr(&plus.attr);
                     if reply.add(
                         INodeNo(plus.entry.ino),

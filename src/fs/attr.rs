@@ -1,0 +1,148 @@
+//! Attributes: one place decides each node's kind, size, mode and time. A
+//! generated file's size is the length of the bytes a read returns
+//! ([`SessionFs::file_content`]), control files included, so `cp`, `tar`,
+//! `rsync` and `mmap` copy exactly what `cat` shows.
+
+use std::time::{Duration, SystemTime};
+
+use super::inode::{Ino, Node};
+use super::table::Slot;
+use super::{Attr, Kind, SessionFs, lock, mount_name};
+use crate::error::{Error, Result};
+use crate::view::SessionView;
+
+/// A Unix time in milliseconds as a `SystemTime` (negative times are the epoch).
+pub(super) fn time_of(ms: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+impl SessionFs {
+    pub(super) fn make_attr(
+        &self,
+        ino: u64,
+        kind: Kind,
+        size: u64,
+        perm: u16,
+        mtime: SystemTime,
+    ) -> Attr {
+        let nlink = if kind == Kind::Dir { 2 } else { 1 };
+        Attr {
+            ino,
+            kind,
+            size,
+            perm,
+            nlink,
+            mtime,
+            uid: self.config.uid,
+            gid: self.config.gid,
+        }
+    }
+
+    fn control_perm(&self) -> u16 {
+        if self.config.read_only { 0o444 } else { 0o644 }
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        match Ino::decode(ino).ok_or_else(|| Error::NotFound(format!("unknown inode {ino}")))? {
+            Ino::Root => Ok(self.make_attr(ino, Kind::Dir, 0, 0o555, self.started)),
+            Ino::RootFlush => {
+                let size = self.control_status(Ino::RootFlush)?.len() as u64;
+                Ok(self.make_attr(ino, Kind::File, size, self.control_perm(), self.started))
+            }
+            Ino::Session(number, node) => self.session_attr(number, node),
+        }
+    }
+
+    fn session_attr(&self, number: u32, node: Node) -> Result<Attr> {
+        let slot = self.slot(number)?;
+        let ino = Ino::Session(number, node).encode();
+        if node == Node::Dir {
+            // A session directory's time is the session's creation: known from the
+            // listing alone (listing the root reads no logs), and it never changes
+            // while a reader walks the directory (tar checks that).
+            let created = lock(&slot.listing)
+                .header
+                .as_ref()
+                .map(|h| h.created_at)
+                .unwrap_or(0);
+            return Ok(self.make_attr(ino, Kind::Dir, 0, 0o555, time_of(created)));
+        }
+        if matches!(node, Node::Fork | Node::Flush) {
+            let mtime = self.with_view(&slot, |view| {
+                self.present(&slot, view, node).then(|| view.mtime())
+            })?;
+            let mtime =
+                mtime.ok_or_else(|| Error::NotFound(format!("{} has no such file", slot.name)))?;
+            let size = self.control_status(Ino::Session(number, node))?.len() as u64;
+            return Ok(self.make_attr(ino, Kind::File, size, self.control_perm(), mtime));
+        }
+        self.with_view(&slot, |view| {
+            if !self.present(&slot, view, node) {
+                return Err(Error::NotFound(format!("{} has no such file", slot.name)));
+            }
+            let mtime = view.mtime();
+            match node {
+                Node::Events | Node::Children => {
+                    Ok(self.make_attr(ino, Kind::Dir, 0, 0o555, mtime))
+                }
+                Node::Parent | Node::Child(_) => {
+                    let target = self.symlink_target(view, node)?;
+                    Ok(self.make_attr(ino, Kind::Symlink, target.len() as u64, 0o777, mtime))
+                }
+                _ => {
+                    let which = super::file_id(node)
+                        .ok_or_else(|| Error::IsDir("not a regular file".into()))?;
+                    let size = self.view_file(&slot, view, which)?.bytes.len() as u64;
+                    let mtime = match node {
+                        Node::Event(seq) => view
+                            .indexed()
+                            .and_then(|i| i.event_time(seq))
+                            .map_or(mtime, time_of),
+                        _ => mtime,
+                    };
+                    Ok(self.make_attr(ino, Kind::File, size, 0o444, mtime))
+                }
+            }
+        })?
+    }
+
+    /// Whether a node exists in this session's directory.
+    pub(super) fn present(&self, slot: &Slot, view: &SessionView, node: Node) -> bool {
+        let readable = view.indexed().is_some();
+        match node {
+            Node::Dir | Node::Children | Node::Flush => true,
+            Node::Header => view.header().is_some(),
+            Node::Events | Node::Surface | Node::Transcript | Node::Index | Node::Fork => readable,
+            Node::Error => !readable,
+            Node::Parent => view
+                .header()
+                .and_then(|h| h.parent_session.as_ref())
+                .is_some(),
+            Node::Event(seq) => seq < view.event_count(),
+            Node::Child(child) => self.table().children_of(&slot.id).contains(&child),
+        }
+    }
+
+    pub(super) fn symlink_target(&self, view: &SessionView, node: Node) -> Result<String> {
+        match node {
+            Node::Parent => {
+                let parent = view
+                    .header()
+                    .and_then(|h| h.parent_session.clone())
+                    .ok_or_else(|| Error::NotFound("no parent".into()))?;
+                Ok(format!("../{}", mount_name(&parent).unwrap_or_default()))
+            }
+            Node::Child(child) => Ok(format!("../../{}", self.slot(child)?.name)),
+            _ => Err(Error::Invalid("not a symlink".into())),
+        }
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<String> {
+        let Some(Ino::Session(number, node @ (Node::Parent | Node::Child(_)))) = Ino::decode(ino)
+        else {
+            return Err(Error::Invalid("not a symlink".into()));
+        };
+        let slot = self.slot(number)?;
+        self.with_view(&slot, |view| self.symlink_target(view, node))?
+    }
+}
