@@ -1,0 +1,507 @@
+//! The filesystem model without a mount, over `MemoryStore`, as mountpoint-s3's
+//! `tests/fs.rs` drives its filesystem over a mock client: listing by cookie,
+//! lookups of new sessions, removal, the view cache under a budget, handle
+//! snapshots and growth, fork validation, exact sizes, and the scale
+//! invariants (what a lookup, a listing batch and a poll ask of the store).
+//! Real mounts are kept for what needs the kernel.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use sessionfs::error::Error;
+use sessionfs::fs::inode::ROOT;
+use sessionfs::fs::{FsConfig, Kind, SessionFs};
+use sessionfs::json::JsonMap;
+use sessionfs::model::Refusal;
+use sessionfs::model::header::SessionHeader;
+use sessionfs::model::quick::Scanned;
+use sessionfs::store::memory::MemoryStore;
+use sessionfs::store::{
+    Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey,
+};
+
+/// Counts what the filesystem asks of the store.
+#[derive(Default)]
+struct Calls {
+    list: AtomicUsize,
+    find: AtomicUsize,
+    revision: AtomicUsize,
+    scan: AtomicUsize,
+}
+
+/// A `MemoryStore` that counts calls, shared with the test.
+struct Counted {
+    inner: Arc<MemoryStore>,
+    calls: Arc<Calls>,
+}
+
+impl Backend for Counted {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn list(&self) -> Vec<Listing> {
+        self.calls.list.fetch_add(1, Ordering::Relaxed);
+        let mut all = self.inner.list();
+        // A store lists in a stable order; the memory store's map has none.
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        all
+    }
+    fn find(&self, id: &str) -> Vec<Listing> {
+        self.calls.find.fetch_add(1, Ordering::Relaxed);
+        self.inner.find(id)
+    }
+    fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal> {
+        self.inner.header(key)
+    }
+    fn revision(&self, key: &SessionKey) -> Result<Revision, Refusal> {
+        self.calls.revision.fetch_add(1, Ordering::Relaxed);
+        self.inner.revision(key)
+    }
+    fn scan(
+        &self,
+        key: &SessionKey,
+        from: &ScanPoint,
+        sink: &mut EventSink,
+    ) -> Result<(ScanPoint, ScanEnd), Refusal> {
+        self.calls.scan.fetch_add(1, Ordering::Relaxed);
+        self.inner.scan(key, from, sink)
+    }
+    fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal> {
+        self.inner.fetch(key, loc)
+    }
+    fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> std::io::Result<SessionKey> {
+        self.inner.create(header, events)
+    }
+    fn contains(&self, id: &str) -> bool {
+        self.inner.contains(id)
+    }
+    fn repair(
+        &self,
+        key: &SessionKey,
+        keep: &ScanPoint,
+        expected: &Revision,
+        tail: &[JsonMap],
+    ) -> std::io::Result<()> {
+        self.inner.repair(key, keep, expected, tail)
+    }
+}
+
+/// The logical events of a fixture session (packed chunk rows expanded).
+fn fixture_events(id: &str) -> Vec<JsonMap> {
+    let store = sessionfs::store::open(&common::fixtures().join("stores/jsonl")).expect("store");
+    let listing = store
+        .list()
+        .into_iter()
+        .find(|l| l.id == id)
+        .expect("fixture session");
+    let mut events = Vec::new();
+    let mut sink = |loc: EventLoc, scanned: Scanned| -> Result<(), Refusal> {
+        events.push(loc);
+        let _ = scanned;
+        Ok(())
+    };
+    store
+        .scan(&listing.key, &ScanPoint::default(), &mut sink)
+        .expect("scan");
+    events
+        .into_iter()
+        .map(|loc| store.fetch(&listing.key, loc).expect("fetch"))
+        .collect()
+}
+
+struct World {
+    fs: Arc<SessionFs>,
+    store: Arc<MemoryStore>,
+    calls: Arc<Calls>,
+    events: Vec<JsonMap>,
+}
+
+impl World {
+    /// `sessions` sessions holding the fixture's first `events` events.
+    fn new(sessions: usize, events: usize, config: FsConfig) -> World {
+        let store = Arc::new(MemoryStore::default());
+        let calls = Arc::new(Calls::default());
+        let all = fixture_events("release-notes");
+        let events = all[..events.min(all.len())].to_vec();
+        for n in 0..sessions {
+            store.insert(
+                SessionHeader::new(&name(n), 1_772_457_300_000),
+                events.clone(),
+            );
+        }
+        let fs = SessionFs::new(
+            Box::new(Counted {
+                inner: store.clone(),
+                calls: calls.clone(),
+            }),
+            config,
+        );
+        World {
+            fs,
+            store,
+            calls,
+            events: all,
+        }
+    }
+
+    fn session(&self, name: &str) -> u64 {
+        self.fs.lookup(ROOT, name).expect("session").ino
+    }
+
+    fn file(&self, session: &str, file: &str) -> u64 {
+        self.fs
+            .lookup(self.session(session), file)
+            .expect("file")
+            .ino
+    }
+
+    fn read_all(&self, ino: u64) -> Vec<u8> {
+        let (fh, _) = self.fs.open(ino, false).expect("open");
+        let bytes = read_handle(&self.fs, fh);
+        self.fs.release(fh);
+        bytes
+    }
+}
+
+fn read_handle(fs: &SessionFs, fh: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let chunk = fs.read(fh, out.len() as u64, 4096).expect("read");
+        if chunk.as_slice().is_empty() {
+            return out;
+        }
+        out.extend_from_slice(chunk.as_slice());
+    }
+}
+
+fn name(n: usize) -> String {
+    format!("s{n:06}")
+}
+
+fn config() -> FsConfig {
+    FsConfig {
+        grace: Duration::from_secs(3600),
+        relist: Duration::ZERO,
+        recheck: Duration::ZERO,
+        ..FsConfig::default()
+    }
+}
+
+/// Lists a directory in batches of `batch`, following each entry's cookie.
+fn list(fs: &SessionFs, ino: u64, batch: usize) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut offset = 0;
+    loop {
+        let entries = fs.readdir(ino, offset, batch).expect("readdir");
+        let Some(last) = entries.last() else {
+            return names;
+        };
+        assert!(entries.len() <= batch);
+        offset = last.next;
+        names.extend(entries.into_iter().map(|e| e.name));
+    }
+}
+
+#[test]
+fn the_root_lists_every_session_once_by_cookie_and_new_ones_at_the_end() {
+    let world = World::new(50, 42, config());
+    let first = world.fs.readdir(ROOT, 0, 7).expect("readdir");
+    assert_eq!(first[0].name, "flush");
+    // A session created mid-listing does not move the entries already listed.
+    world.store.insert(
+        SessionHeader::new("a-new-one", 1_772_457_300_000),
+        world.events.clone(),
+    );
+    let mut names: Vec<String> = first.iter().map(|e| e.name.clone()).collect();
+    let mut offset = first.last().expect("entries").next;
+    loop {
+        let entries = world.fs.readdir(ROOT, offset, 7).expect("readdir");
+        let Some(last) = entries.last() else { break };
+        offset = last.next;
+        names.extend(entries.into_iter().map(|e| e.name));
+    }
+    let expected: Vec<String> = std::iter::once("flush".to_string())
+        .chain((0..50).map(name))
+        .collect();
+    assert_eq!(names, expected);
+    // A listing from the start shows it.
+    let again = list(&world.fs, ROOT, 11);
+    assert_eq!(again.len(), 52);
+    assert!(again.contains(&"a-new-one".to_string()));
+}
+
+#[test]
+fn a_new_session_is_found_by_the_first_lookup_without_listing_the_store() {
+    let world = World::new(20, 42, config());
+    list(&world.fs, ROOT, 100);
+    let listed = world.calls.list.load(Ordering::Relaxed);
+    for n in 0..20 {
+        world.store.insert(
+            SessionHeader::new(&format!("late-{n}"), 1_772_457_300_000),
+            world.events.clone(),
+        );
+    }
+    for n in 0..20 {
+        let attr = world
+            .fs
+            .lookup(ROOT, &format!("late-{n}"))
+            .expect("found at once");
+        assert_eq!(attr.kind, Kind::Dir);
+    }
+    assert_eq!(world.calls.list.load(Ordering::Relaxed), listed);
+    assert_eq!(world.calls.find.load(Ordering::Relaxed), 20);
+    // Known names ask the store nothing; unknown ones one look each.
+    for n in 0..20 {
+        world.fs.lookup(ROOT, &name(n)).expect("known");
+    }
+    assert_eq!(world.calls.find.load(Ordering::Relaxed), 20);
+    assert!(matches!(
+        world.fs.lookup(ROOT, "nobody"),
+        Err(Error::NotFound(_))
+    ));
+    assert_eq!(world.calls.find.load(Ordering::Relaxed), 21);
+    assert_eq!(world.calls.list.load(Ordering::Relaxed), listed);
+}
+
+#[test]
+fn a_removed_session_leaves_the_listing_but_open_files_keep_their_snapshot() {
+    let world = World::new(3, usize::MAX, config());
+    list(&world.fs, ROOT, 100);
+    let transcript = world.file(&name(1), "transcript.md");
+    let (fh, _) = world.fs.open(transcript, false).expect("open");
+    let before = world.read_all(transcript);
+    world.store.remove(&name(1));
+    let names = list(&world.fs, ROOT, 100);
+    assert_eq!(names, vec!["flush".to_string(), name(0), name(2)]);
+    assert!(world.fs.lookup(ROOT, &name(1)).is_err());
+    assert_eq!(read_handle(&world.fs, fh), before);
+    world.fs.release(fh);
+    // Created again, with other content, it shows the new content.
+    world.store.insert(
+        SessionHeader::new(&name(1), 1_772_457_300_000),
+        world.events[..20].to_vec(),
+    );
+    let names = list(&world.fs, ROOT, 100);
+    assert!(names.contains(&name(1)));
+    let after = world.read_all(world.file(&name(1), "transcript.md"));
+    assert_ne!(after, before);
+}
+
+#[test]
+fn views_beyond_the_budget_are_dropped_least_recently_used_first() {
+    let config = FsConfig {
+        cache_bytes: 1,
+        ..config()
+    };
+    let world = World::new(30, usize::MAX, config);
+    let mut first = Vec::new();
+    for n in 0..30 {
+        let bytes = world.read_all(world.file(&name(n), "surface.jsonl"));
+        if n == 0 {
+            first = bytes;
+        }
+        let (views, _) = world.fs.cache_usage();
+        assert!(views <= 1, "{views} views loaded under a 1-byte budget");
+    }
+    let scans = world.calls.scan.load(Ordering::Relaxed);
+    assert_eq!(
+        world.read_all(world.file(&name(0), "surface.jsonl")),
+        first,
+        "an evicted session is read again, to the same bytes"
+    );
+    assert!(world.calls.scan.load(Ordering::Relaxed) > scans);
+
+    // With room for all, each session is built once however often it is read.
+    let world = World::new(30, usize::MAX, self::config());
+    for _ in 0..3 {
+        for n in 0..30 {
+            world.read_all(world.file(&name(n), "transcript.md"));
+        }
+    }
+    assert_eq!(world.calls.scan.load(Ordering::Relaxed), 30);
+    let (views, bytes) = world.fs.cache_usage();
+    assert_eq!(views, 30);
+    assert!(bytes > 0);
+}
+
+#[test]
+fn a_handle_follows_growth_and_keeps_its_snapshot_when_rewritten() {
+    let world = World::new(0, 0, config());
+    let events = &world.events;
+    // Cut inside a tool call, before its result.
+    let cut = first_of(events, "tool/call") + 1;
+    world.store.insert(
+        SessionHeader::new("grow", 1_772_457_300_000),
+        events[..cut].to_vec(),
+    );
+    let transcript = world.file("grow", "transcript.md");
+    let (fh, _) = world.fs.open(transcript, false).expect("open");
+    let start = read_handle(&world.fs, fh);
+    world.store.insert(
+        SessionHeader::new("grow", 1_772_457_300_000),
+        events.clone(),
+    );
+    let grown = read_handle(&world.fs, fh);
+    assert!(grown.len() > start.len(), "the descriptor reads on");
+    assert!(grown.starts_with(&start));
+    let attr = world.fs.getattr_open(transcript, fh).expect("fstat");
+    assert_eq!(attr.size, grown.len() as u64);
+    world.fs.release(fh);
+    assert_eq!(world.read_all(transcript), grown);
+    assert_eq!(world.fs.open_handles(), 0);
+}
+
+#[test]
+fn a_rewritten_file_keeps_the_snapshot_its_descriptor_opened() {
+    // No grace: a log that ends inside a tool call is shown closed at once, with
+    // a synthetic result in surface.jsonl that gives way when the log goes on.
+    let world = World::new(
+        0,
+        0,
+        FsConfig {
+            grace: Duration::ZERO,
+            ..config()
+        },
+    );
+    let events = &world.events;
+    let cut = first_of(events, "tool/call") + 1;
+    world.store.insert(
+        SessionHeader::new("quiet", 1_772_457_300_000),
+        events[..cut].to_vec(),
+    );
+    let surface = world.file("quiet", "surface.jsonl");
+    let (fh, _) = world.fs.open(surface, false).expect("open");
+    let held = read_handle(&world.fs, fh);
+    assert!(
+        String::from_utf8_lossy(&held).contains("tool"),
+        "the synthetic result is shown"
+    );
+    world.store.insert(
+        SessionHeader::new("quiet", 1_772_457_300_000),
+        events.clone(),
+    );
+    let now = world.read_all(surface);
+    assert!(!now.starts_with(&held), "the surface was rewritten");
+    assert_eq!(
+        read_handle(&world.fs, fh),
+        held,
+        "the descriptor keeps its snapshot"
+    );
+    world.fs.release(fh);
+}
+
+/// The seq of the first event of a type.
+fn first_of(events: &[JsonMap], event_type: &str) -> usize {
+    events
+        .iter()
+        .position(|e| e.get("type").and_then(|t| t.as_str()) == Some(event_type))
+        .expect("event type in the fixture")
+}
+
+#[test]
+fn every_file_stats_at_the_size_a_read_returns_control_files_included() {
+    let world = World::new(2, usize::MAX, config());
+    let fork = world.file(&name(0), "fork");
+    let boundary = first_of(&world.events, "turn/end");
+    world
+        .fs
+        .write(fork, format!("{boundary}\n").as_bytes())
+        .expect("fork");
+    let mut stack = vec![ROOT];
+    let mut files = 0;
+    while let Some(dir) = stack.pop() {
+        for entry in list(&world.fs, dir, 64) {
+            let attr = world.fs.lookup(dir, &entry).expect("lookup");
+            match attr.kind {
+                Kind::Dir => stack.push(attr.ino),
+                Kind::Symlink => {
+                    let target = world.fs.readlink(attr.ino).expect("readlink");
+                    assert_eq!(attr.size, target.len() as u64, "{entry}");
+                }
+                Kind::File => {
+                    files += 1;
+                    let bytes = world.read_all(attr.ino);
+                    assert_eq!(attr.size, bytes.len() as u64, "{entry}");
+                    assert!(!bytes.is_empty(), "{entry} is empty");
+                }
+            }
+        }
+    }
+    assert!(files > 100, "{files} files");
+}
+
+#[test]
+fn forks_are_validated_and_children_appear_at_once() {
+    let world = World::new(1, usize::MAX, config());
+    let fork = world.file(&name(0), "fork");
+    for bad in [&b"999999\n"[..], b"x\n", b"-1\n", b""] {
+        assert!(
+            matches!(world.fs.write(fork, bad), Err(Error::Invalid(_))),
+            "{bad:?}"
+        );
+    }
+    let boundary = first_of(&world.events, "turn/end");
+    let command = format!("{boundary} kid\n");
+    assert!(
+        matches!(world.fs.write(fork, b"3 kid\n"), Err(Error::Invalid(_))),
+        "inside an open turn"
+    );
+    world.fs.write(fork, command.as_bytes()).expect("fork");
+    assert!(matches!(
+        world.fs.write(fork, command.as_bytes()),
+        Err(Error::Exists(_))
+    ));
+    let status = String::from_utf8(world.read_all(fork)).expect("text");
+    assert!(status.contains("-> kid"), "{status}");
+    assert!(status.contains("already exists"), "{status}");
+    let kid = world.session("kid");
+    let children = world
+        .fs
+        .lookup(world.session(&name(0)), "children")
+        .expect("children");
+    assert_eq!(list(&world.fs, children.ino, 10), vec!["kid".to_string()]);
+    let parent = world.fs.lookup(kid, "parent").expect("parent link");
+    assert_eq!(
+        world.fs.readlink(parent.ino).expect("target"),
+        format!("../{}", name(0))
+    );
+    let events = world.fs.lookup(kid, "events").expect("events");
+    // The seed, then the `session/end-seed` marker.
+    assert_eq!(list(&world.fs, events.ino, 100).len(), boundary + 2);
+    world
+        .fs
+        .write(world.file("kid", "flush"), b"\n")
+        .expect("flush");
+    assert!(world.store.contains("kid"), "durable in the store");
+    // The seed, then the `session/end-seed` marker.
+    assert_eq!(list(&world.fs, events.ino, 100).len(), boundary + 2);
+}
+
+#[test]
+fn no_operation_walks_the_store() {
+    let world = World::new(5000, 42, config());
+    let names = list(&world.fs, ROOT, 500);
+    assert_eq!(names.len(), 5001);
+    assert_eq!(world.calls.list.load(Ordering::Relaxed), 1, "one listing");
+    // Using sessions asks the store about those sessions only.
+    for n in 0..40 {
+        world.read_all(world.file(&name(n), "index.jsonl"));
+    }
+    let before = world.calls.revision.load(Ordering::Relaxed);
+    world.fs.poll_changes();
+    let polled = world.calls.revision.load(Ordering::Relaxed) - before;
+    assert_eq!(polled, 40, "a poll checks the loaded sessions only");
+    // A batch of a listing costs its entries.
+    let batch = world.fs.readdir(ROOT, 4000, 10).expect("batch");
+    assert_eq!(
+        batch.iter().map(|e| e.name.clone()).collect::<Vec<_>>(),
+        (3999..4009).map(name).collect::<Vec<_>>()
+    );
+    assert_eq!(world.calls.list.load(Ordering::Relaxed), 1);
+    let unique: BTreeSet<_> = names.iter().collect();
+    assert_eq!(unique.len(), names.len());
+}
