@@ -101,7 +101,7 @@ fn session_log(id: &str, cwd: &str, n: usize) -> String {
             r#"{{"type":"user/message","seq":2,"time":{t},"data":{{"content":[{{"type":"text","text":"Check the retry policy of worker {n} and report what you find."}}],"source":{{"kind":"user"}},"role":"user","id":"u-{n}"}},"surfaceOp":"append"}}"#
         ),
         format!(
-            r#"{{"type":"assistant/message","seq":3,"time":{},"data":{{"turn":1,"step":1,"message":{{"role":"assistant","content":[{{"type":"text","text":"Worker {n} retries three times with exponential backoff; the cap is 30 s."}}]}}}},"sourceEventSeqs":[],"surfaceOp":"append"}}"#,
+            r#"{{"type":"assistant/message","seq":3,"time":{},"data":{{"turn":1,"step":1,"message":{{"role":"assistant","content":[{{"type":"text","text":"Worker {n} retries three times with exponential backoff; the cap is 30 s."}}],"source":{{"kind":"model","provider":"deepseek","model":"deepseek-v4-flash"}},"id":"a-{n}"}}}},"sourceEventSeqs":[],"surfaceOp":"append"}}"#,
             t + 500
         ),
         format!(
@@ -181,7 +181,7 @@ struct Row {
     tmpfs_ls: f64,
     warm_ls: f64,
     cats: f64,
-    rss_kib: u64,
+    rss_bytes: u64,
     idle: Option<(f64, f64)>,
 }
 
@@ -219,7 +219,7 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
     let listed: usize = out.trim().parse().unwrap_or(0);
     // `total` line, then `flush` and every session.
     assert_eq!(listed, size + 2, "ls -l listed {listed} lines");
-    let rss_kib = mount.peak_rss();
+    let rss_bytes = mount.peak_rss();
     let warm_ls = (0..3)
         .map(|_| time_sh(&format!("ls {} | wc -l", quote(&mnt))).0)
         .fold(f64::INFINITY, f64::min);
@@ -273,7 +273,7 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
         tmpfs_ls,
         warm_ls,
         cats,
-        rss_kib,
+        rss_bytes,
         idle,
     }
 }
@@ -324,8 +324,8 @@ fn main() {
             r.warm_ls / r.tmpfs_ls,
             r.cats,
             r.cats / base_cats,
-            r.rss_kib as f64 / 1024.0,
-            r.rss_kib as f64 / r.size as f64,
+            r.rss_bytes as f64 / (1024.0 * 1024.0),
+            r.rss_bytes as f64 / 1024.0 / r.size as f64,
         );
     }
     for r in &rows {

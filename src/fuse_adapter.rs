@@ -34,10 +34,25 @@ impl FuseAdapter {
         if crate::fs::is_rewritable(ino) {
             Duration::ZERO
         } else {
+            self.entry_ttl(ino)
+        }
+    }
+
+    /// How long the kernel may cache a name. A session directory's name and
+    /// attributes never change while mounted, and its removal is announced
+    /// (`SessionFs::take_removed`): it may be cached long enough that `ls -l`
+    /// of a root of 100,000 sessions stats names it listed seconds ago without
+    /// a lookup each.
+    fn entry_ttl(&self, ino: u64) -> Duration {
+        if crate::fs::is_session_dir(ino) {
+            self.ttl.max(SESSION_DIR_TTL)
+        } else {
             self.ttl
         }
     }
 }
+
+const SESSION_DIR_TTL: Duration = Duration::from_secs(60);
 
 fn file_attr(attr: &Attr) -> FileAttr {
     FileAttr {
@@ -109,7 +124,7 @@ impl Filesystem for FuseAdapter {
         match guarded("lookup", || self.fs.lookup(parent.0, name_str(name)?)) {
             Ok(attr) => reply.entry_with_ttls(
                 &self.attr_ttl(attr.ino),
-                &self.ttl,
+                &self.entry_ttl(attr.ino),
                 &file_attr(&attr),
                 Generation(0),
             ),
@@ -254,8 +269,8 @@ impl Filesystem for FuseAdapter {
         mut reply: ReplyDirectory,
     ) {
         // Cookies: 1 and 2 are `.` and `..`; an entry's cookie is 2 + the offset
-        // the model continues from after it.
-        const BATCH: usize = 512;
+        // the model continues from after it. A page holds about a hundred names.
+        const BATCH: usize = 128;
         let result = guarded("readdir", || {
             let mut dots = Vec::new();
             if offset == 0 {
@@ -300,11 +315,13 @@ impl Filesystem for FuseAdapter {
         mut reply: ReplyDirectoryPlus,
     ) {
         // Cookies as in `readdir`. The kernel links no dentry for `.` and `..`.
-        const BATCH: usize = 512;
+        // A page holds a few dozen entries with attributes: more names than
+        // fit are listed, but attributes are found only for those sent.
+        const BATCH: usize = 64;
         let result = guarded("readdirplus", || {
             let own = self.fs.getattr(ino.0)?;
             let first = offset.saturating_sub(2);
-            let entries = self.fs.readdir_plus(ino.0, first, BATCH)?;
+            let entries = self.fs.readdir(ino.0, first, BATCH)?;
             Ok((own, entries))
         });
         match result {
@@ -317,7 +334,10 @@ impl Filesystem for FuseAdapter {
                         return reply.ok();
                     }
                 }
-                for plus in entries {
+                for entry in entries {
+                    let Ok(plus) = guarded("readdirplus", || Ok(self.fs.entry_plus(entry))) else {
+                        break;
+                    };
                     let ttl = match plus.cacheable {
                         true => self.attr_ttl(plus.entry.ino),
                         false => Duration::ZERO,

@@ -238,6 +238,10 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
                 for ino in fs.poll_changes() {
                     let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, -1);
                 }
+                for name in fs.take_removed() {
+                    let root = fuser::INodeNo(sessionfs::fs::inode::ROOT);
+                    let _ = notifier.inval_entry(root, std::ffi::OsStr::new(&name));
+                }
                 drop(fs);
                 std::thread::sleep(Duration::from_millis(500));
             }

@@ -277,6 +277,8 @@ fn a_removed_session_leaves_the_listing_but_open_files_keep_their_snapshot() {
     world.store.remove(&name(1));
     let names = list(&world.fs, ROOT, 100);
     assert_eq!(names, vec!["flush".to_string(), name(0), name(2)]);
+    assert_eq!(world.fs.take_removed(), vec![name(1)], "the kernel is told");
+    assert!(world.fs.take_removed().is_empty());
     assert!(world.fs.lookup(ROOT, &name(1)).is_err());
     assert_eq!(read_handle(&world.fs, fh), before);
     world.fs.release(fh);

@@ -60,11 +60,7 @@ impl SessionFs {
             // A session directory's time is the session's creation: known from the
             // listing alone (listing the root reads no logs), and it never changes
             // while a reader walks the directory (tar checks that).
-            let created = lock(&slot.listing)
-                .header
-                .as_ref()
-                .map(|h| h.created_at)
-                .unwrap_or(0);
+            let created = lock(&slot.listed).created_at;
             return Ok(self.make_attr(ino, Kind::Dir, 0, 0o555, time_of(created)));
         }
         if matches!(node, Node::Fork | Node::Flush) {

@@ -5,7 +5,7 @@
 use std::time::SystemTime;
 
 use super::inode::{Ino, Node};
-use super::table::{Slot, Source};
+use super::table::{Listed, Slot};
 use super::{Attr, NAME_MAX, SessionFs, lock, mount_name};
 use crate::error::Error;
 use crate::model::ids::encode_segment;
@@ -212,7 +212,8 @@ impl SessionFs {
         }
         let listing = Listing::of(header.clone(), SessionKey::Row(child_id.clone()));
         self.writeback.submit(header, events);
-        self.table_mut().add(name, listing, Source::Pending, None);
+        self.table_mut()
+            .add(name, &child_id, Listed::of(listing, true), None);
         log::info!(
             "forked session {:?} through seq {boundary} into {child_id:?}",
             slot.id

@@ -19,9 +19,9 @@
 //!    another session's view.
 //! 2. `SessionFs::table` (read or write). A view is never awaited while the
 //!    table is held: relisting defers what needs a view until it let go.
-//! 3. Leaves, held briefly and never while taking another lock: `Slot::listing`,
-//!    `Slot::source`, `Slot::checked`, `Slot::control`, `SessionFs::lru`,
-//!    `SessionFs::stale`, the handle table.
+//! 3. Leaves, held briefly and never while taking another lock: `Slot::listed`,
+//!    `Slot::checked`, `Slot::control`, `SessionFs::lru`, `SessionFs::stale`,
+//!    the handle table.
 
 mod attr;
 mod cache;
@@ -40,7 +40,7 @@ use crate::store::memory::MemoryStore;
 use crate::store::{Backend, Listing, SessionKey};
 use crate::view::{Content, FileId, SessionView};
 use inode::{Ino, Node};
-use table::{Slot, Source, Table};
+use table::{Slot, Table};
 use writeback::Writeback;
 
 /// How the mount presents files.
@@ -135,6 +135,8 @@ pub struct SessionFs {
     /// told to drop its caches of them by the follow thread, never from inside a
     /// request (that can deadlock).
     stale: Mutex<Vec<u64>>,
+    /// Names of sessions removed from the store, for the kernel to forget.
+    removed: Mutex<Vec<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -169,6 +171,7 @@ impl SessionFs {
             handles: handles::Handles::default(),
             started: SystemTime::now(),
             stale: Mutex::default(),
+            removed: Mutex::default(),
         });
         let weak = Arc::downgrade(&fs);
         writeback.set_durable_hook(Box::new(move |id, key| {
@@ -192,9 +195,10 @@ impl SessionFs {
     }
 
     fn backend_of(&self, slot: &Slot) -> (Arc<dyn Backend>, SessionKey) {
-        match &*lock(&slot.source) {
-            Source::Store(key) => (self.store.clone(), key.clone()),
-            Source::Pending => (
+        let listed = lock(&slot.listed);
+        match listed.pending {
+            false => (self.store.clone(), listed.key.clone()),
+            true => (
                 self.memory.clone() as Arc<dyn Backend>,
                 SessionKey::Row(slot.id.clone()),
             ),
@@ -243,15 +247,29 @@ impl SessionFs {
         let (backend, _) = self.backend_of(slot);
         match guard.as_mut() {
             None => {
-                let listing = lock(&slot.listing).clone();
+                let (key, unreadable) = {
+                    let listed = lock(&slot.listed);
+                    (listed.key.clone(), listed.unreadable.clone())
+                };
                 let view = match &slot.refusal {
-                    Some(reason) => SessionView::refused(&listing, reason.clone()),
-                    None => SessionView::load(backend.as_ref(), &listing, self.config.grace),
+                    Some(reason) => SessionView::refused(
+                        &slot.id,
+                        &key,
+                        backend.header(&key).ok(),
+                        reason.clone(),
+                    ),
+                    None => SessionView::open(
+                        backend.as_ref(),
+                        &slot.id,
+                        &key,
+                        unreadable.as_deref(),
+                        self.config.grace,
+                    ),
                 };
                 if let Some(reason) = view_refusal(&view) {
                     log::warn!("session {:?} cannot be read: {reason}", slot.id);
                 }
-                *guard = Some(view);
+                *guard = Some(Box::new(view));
                 *lock(&slot.checked) = Instant::now();
             }
             Some(view) => {
@@ -346,7 +364,7 @@ impl SessionFs {
             let Some(view) = guard.as_mut() else { continue };
             *lock(&slot.checked) = Instant::now();
             let mut refreshed = view.refresh(backend.as_ref());
-            if self.config.repair && matches!(*lock(&slot.source), Source::Store(_)) {
+            if self.config.repair && !lock(&slot.listed).pending {
                 refreshed |= self.repair(&slot, view);
             }
             if refreshed {
@@ -530,30 +548,31 @@ impl SessionFs {
         entries
     }
 
-    /// Entries with their attributes (`readdirplus`), so that `ls -l` of a large
+    /// An entry with its attributes (`readdirplus`), so that `ls -l` of a large
     /// directory needs no lookup per entry. A generated view's size costs a
     /// render, so its attributes are given as already stale instead: the kernel
     /// asks for them again before any use, as it does after a plain `readdir`.
-    pub fn readdir_plus(&self, ino: u64, offset: u64, limit: usize) -> Result<Vec<EntryPlus>> {
-        Ok(self
-            .readdir(ino, offset, limit)?
-            .into_iter()
-            .map(|entry| {
-                let known = match is_rewritable(entry.ino) {
-                    true => None,
-                    false => self.getattr(entry.ino).ok(),
-                };
-                let cacheable = known.is_some();
-                let attr = known.unwrap_or_else(|| {
-                    self.make_attr(entry.ino, entry.kind, 0, 0o444, SystemTime::UNIX_EPOCH)
-                });
-                EntryPlus {
-                    entry,
-                    attr,
-                    cacheable,
-                }
-            })
-            .collect())
+    pub fn entry_plus(&self, entry: DirEntry) -> EntryPlus {
+        let known = match is_rewritable(entry.ino) {
+            true => None,
+            false => self.getattr(entry.ino).ok(),
+        };
+        let cacheable = known.is_some();
+        let attr = known.unwrap_or_else(|| {
+            self.make_attr(entry.ino, entry.kind, 0, 0o444, SystemTime::UNIX_EPOCH)
+        });
+        EntryPlus {
+            entry,
+            attr,
+            cacheable,
+        }
+    }
+
+    /// Root names of sessions removed from the store since the last call: the
+    /// follow thread tells the kernel to drop them, as their entries are cached
+    /// long.
+    pub fn take_removed(&self) -> Vec<String> {
+        std::mem::take(&mut *lock(&self.removed))
     }
 
     /// Loaded views and the bytes they hold, as the cache counts them.
@@ -602,6 +621,11 @@ pub fn is_rewritable(ino: u64) -> bool {
                 )
         )
     )
+}
+
+/// A session's directory: its attributes never change while it is mounted.
+pub fn is_session_dir(ino: u64) -> bool {
+    matches!(Ino::decode(ino), Some(Ino::Session(_, Node::Dir)))
 }
 
 /// The generated file a node shows, if it is one.

@@ -7,8 +7,8 @@
 //! session removed from the store keeps its slot, marked gone: it leaves the
 //! listing and lookups, while descriptors already open keep their snapshot.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,12 +19,37 @@ use crate::model::ids::decode_segment;
 use crate::store::{Listing, SessionKey};
 use crate::view::SessionView;
 
-/// Where a session's events come from.
-#[derive(Clone, Debug)]
-pub(super) enum Source {
-    Store(SessionKey),
-    /// A fork child accepted but not yet durable.
-    Pending,
+/// What the table keeps of a listed session: enough to list it, date it and
+/// place it under its parent. The header itself is read again when the
+/// session is used, so an untouched session costs a few hundred bytes.
+pub(super) struct Listed {
+    pub key: SessionKey,
+    pub created_at: i64,
+    pub parent: Option<Box<str>>,
+    /// Why the listing could not read its header.
+    pub unreadable: Option<Box<str>>,
+    /// A fork child accepted but not yet durable: served from memory.
+    pub pending: bool,
+}
+
+impl Listed {
+    pub fn of(listing: Listing, pending: bool) -> Listed {
+        let (created_at, parent, unreadable) = match listing.header {
+            Ok(header) => (
+                header.created_at,
+                header.parent_session.map(String::into_boxed_str),
+                None,
+            ),
+            Err(why) => (0, None, Some(why.into_boxed_str())),
+        };
+        Listed {
+            key: listing.key,
+            created_at,
+            parent,
+            unreadable,
+            pending,
+        }
+    }
 }
 
 pub(super) struct Slot {
@@ -32,15 +57,16 @@ pub(super) struct Slot {
     pub number: u32,
     pub name: String,
     pub id: String,
-    pub listing: Mutex<Listing>,
-    pub source: Mutex<Source>,
+    pub listed: Mutex<Listed>,
     /// A reason found outside the log (a duplicate id) that overrides reading it.
     pub refusal: Option<Refusal>,
-    pub view: Mutex<Option<SessionView>>,
+    pub view: Mutex<Option<Box<SessionView>>>,
     pub checked: Mutex<Instant>,
     pub control: Mutex<ForkLog>,
     /// The session was removed from the store.
     pub gone: AtomicBool,
+    /// The last listing of the store that held this session.
+    pub seen: AtomicU32,
 }
 
 impl Slot {
@@ -54,40 +80,34 @@ pub(super) struct Table {
     slots: Vec<Arc<Slot>>,
     by_name: HashMap<String, u32>,
     /// Fork children by parent id, so `children/` costs what it lists.
-    children: HashMap<String, Vec<u32>>,
+    children: HashMap<Box<str>, Vec<u32>>,
     listed_at: Option<Instant>,
     /// The store's listing revision at the last listing.
     listed_revision: Option<String>,
+    /// Counts listings of the store, to tell which sessions the last one held.
+    generation: u32,
 }
 
 impl Table {
-    pub fn add(
-        &mut self,
-        name: String,
-        listing: Listing,
-        source: Source,
-        refusal: Option<Refusal>,
-    ) -> u32 {
+    pub fn add(&mut self, name: String, id: &str, listed: Listed, refusal: Option<Refusal>) -> u32 {
         let number = self.slots.len() as u32;
-        if let Some(parent) = listing
-            .header
-            .as_ref()
-            .ok()
-            .and_then(|h| h.parent_session.clone())
-        {
-            self.children.entry(parent).or_default().push(number);
+        if let Some(parent) = &listed.parent {
+            self.children
+                .entry(parent.clone())
+                .or_default()
+                .push(number);
         }
         self.slots.push(Arc::new(Slot {
             number,
             name: name.clone(),
-            id: listing.id.clone(),
-            listing: Mutex::new(listing),
-            source: Mutex::new(source),
+            id: id.to_string(),
+            listed: Mutex::new(listed),
             refusal,
             view: Mutex::new(None),
             checked: Mutex::new(Instant::now()),
             control: Mutex::default(),
             gone: AtomicBool::new(false),
+            seen: AtomicU32::new(self.generation),
         }));
         self.by_name.insert(name, number);
         number
@@ -103,13 +123,16 @@ impl Table {
         if self.by_name.get(&slot.name) == Some(&number) {
             self.by_name.remove(&slot.name);
         }
-        let parent = lock(&slot.listing)
-            .header
-            .as_ref()
-            .ok()
-            .and_then(|h| h.parent_session.clone());
+        let parent = lock(&slot.listed).parent.clone();
         if let Some(siblings) = parent.and_then(|p| self.children.get_mut(&p)) {
             siblings.retain(|&s| s != number);
+        }
+    }
+
+    /// Marks a slot as held by the listing of `generation`.
+    fn stamp(&self, number: u32, generation: u32) {
+        if let Some(slot) = self.slots.get(number as usize) {
+            slot.seen.store(generation, Ordering::Relaxed);
         }
     }
 
@@ -159,49 +182,56 @@ impl SessionFs {
             self.table_mut().listed_at = Some(Instant::now());
             return;
         }
-        let listings = self.store.list();
-        let mut by_id: BTreeMap<String, Vec<Listing>> = BTreeMap::new();
-        let mut by_path = Vec::new();
-        for listing in listings {
+        let mut listings = self.store.list();
+        // Grouped by id without copying ids: a duplicate id is refused.
+        listings.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut table = self.table_mut();
+        table.generation = table.generation.wrapping_add(1);
+        let generation = table.generation;
+        let mut moved = Vec::new();
+        let mut rest = listings.into_iter().peekable();
+        while let Some(first) = rest.next() {
             // A directory whose name is no valid id encoding (and whose header cannot
             // be read) is shown under that raw name, which no real id maps to.
-            match &listing.raw_name {
-                Some(_) => by_path.push(listing),
-                None => by_id.entry(listing.id.clone()).or_default().push(listing),
+            if let Some(raw) = first.raw_name.clone() {
+                let number = match table.by_name(&raw) {
+                    Some(number) => number,
+                    None => {
+                        let id = first.id.clone();
+                        table.add(raw, &id, Listed::of(first, false), None)
+                    }
+                };
+                table.stamp(number, generation);
+                continue;
             }
-        }
-        let mut table = self.table_mut();
-        let mut present: HashSet<String> = HashSet::with_capacity(by_id.len() + by_path.len());
-        for listing in by_path {
-            let name = listing.raw_name.clone().unwrap_or_default();
-            present.insert(name.clone());
-            if table.by_name(&name).is_none() {
-                let source = Source::Store(listing.key.clone());
-                table.add(name, listing, source, None);
+            let mut group = vec![first];
+            while rest
+                .peek()
+                .is_some_and(|next| next.raw_name.is_none() && next.id == group[0].id)
+            {
+                group.extend(rest.next());
             }
-        }
-        let mut moved = Vec::new();
-        for (id, group) in by_id {
-            if let Some(name) = self.admit(&mut table, &id, group, &mut moved) {
-                present.insert(name);
+            let id = group[0].id.clone();
+            if let Some(number) = self.admit(&mut table, &id, group, &mut moved) {
+                table.stamp(number, generation);
             }
         }
         // Sessions removed from the store leave the listing; fork children not
         // yet durable are in no store listing and stay.
         let removed: Vec<u32> = table
-            .by_name
+            .slots
             .iter()
-            .filter(|(name, _)| !present.contains(*name))
-            .map(|(_, &number)| number)
-            .filter(|&number| {
-                table
-                    .get(number)
-                    .is_some_and(|slot| matches!(*lock(&slot.source), Source::Store(_)))
+            .filter(|slot| {
+                !slot.is_gone()
+                    && slot.seen.load(Ordering::Relaxed) != generation
+                    && !lock(&slot.listed).pending
             })
+            .map(|slot| slot.number)
             .collect();
         for number in removed {
             if let Some(slot) = table.get(number) {
                 log::info!("session {:?} was removed from the store", slot.id);
+                lock(&self.removed).push(slot.name.clone());
             }
             table.remove(number);
         }
@@ -218,20 +248,19 @@ impl SessionFs {
     /// with the other.
     pub(super) fn reread(slot: &Slot, listing: Listing) {
         let mut view = lock(&slot.view);
-        *lock(&slot.source) = Source::Store(listing.key.clone());
-        *lock(&slot.listing) = listing;
+        *lock(&slot.listed) = Listed::of(listing, false);
         *view = None;
     }
 
     /// Takes the store's listings of one id into the table: a new slot, or an
-    /// update of the known one. Returns the name it is shown under.
+    /// update of the known one. Returns its slot.
     fn admit(
         &self,
         table: &mut Table,
         id: &str,
         mut group: Vec<Listing>,
         moved_slots: &mut Vec<(Arc<Slot>, Listing)>,
-    ) -> Option<String> {
+    ) -> Option<u32> {
         let Some(name) = mount_name(id).filter(|n| n.len() <= NAME_MAX) else {
             let shown: String = id.chars().take(40).collect();
             log::warn!(
@@ -246,19 +275,18 @@ impl SessionFs {
             let slot = table.get(number)?;
             if group.len() == 1 {
                 let listing = group.remove(0);
-                let moved = match &*lock(&slot.source) {
-                    Source::Store(key) => *key != listing.key,
-                    Source::Pending => false,
-                };
-                if moved {
-                    // Stored again under another artifact: read it afresh, once
-                    // the table is unlocked (a view is never awaited under it).
+                let mut listed = lock(&slot.listed);
+                if listed.pending || listed.key != listing.key {
+                    // Durable now, or stored again under another artifact: read
+                    // it afresh, once the table is unlocked (a view is never
+                    // awaited under it).
+                    drop(listed);
                     moved_slots.push((slot, listing));
                 } else {
-                    *lock(&slot.listing) = listing;
+                    *listed = Listed::of(listing, false);
                 }
             }
-            return Some(name);
+            return Some(number);
         }
         let refusal = (group.len() > 1).then(|| {
             let paths: Vec<String> = group.iter().map(|l| l.key.describe()).collect();
@@ -269,9 +297,7 @@ impl SessionFs {
             ))
         });
         let listing = group.remove(0);
-        let source = Source::Store(listing.key.clone());
-        table.add(name.clone(), listing, source, refusal);
-        Some(name)
+        Some(table.add(name, id, Listed::of(listing, false), refusal))
     }
 
     /// A name the table does not know: asks the store for that one session
@@ -291,8 +317,7 @@ impl SessionFs {
         if let Some(number) = table.by_name(name) {
             return Some(number);
         }
-        self.admit(&mut table, &id, group, &mut Vec::new())?;
-        table.by_name(name)
+        self.admit(&mut table, &id, group, &mut Vec::new())
     }
 
     pub(super) fn slot(&self, number: u32) -> crate::error::Result<Arc<Slot>> {

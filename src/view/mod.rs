@@ -116,13 +116,24 @@ pub struct SessionView {
 impl SessionView {
     /// Reads and indexes a listed session.
     pub fn load(backend: &dyn Backend, listing: &Listing, grace: Duration) -> SessionView {
+        let unreadable = listing.header.as_ref().err().map(String::as_str);
+        SessionView::open(backend, &listing.id, &listing.key, unreadable, grace)
+    }
+
+    /// Reads and indexes session `id` stored at `key`; `unreadable` is why its
+    /// listing could not read its header, if it could not.
+    pub fn open(
+        backend: &dyn Backend,
+        id: &str,
+        key: &SessionKey,
+        unreadable: Option<&str>,
+        grace: Duration,
+    ) -> SessionView {
         let mut view = SessionView {
-            id: listing.id.clone(),
-            key: listing.key.clone(),
+            id: id.to_string(),
+            key: key.clone(),
             revision: None,
-            changed_at: backend
-                .modified(&listing.key)
-                .unwrap_or_else(SystemTime::now),
+            changed_at: backend.modified(key).unwrap_or_else(SystemTime::now),
             grace,
             state: State::Unreadable(Box::new(Unreadable {
                 header: None,
@@ -130,28 +141,33 @@ impl SessionView {
                 external: false,
             })),
         };
-        view.state = match &listing.header {
-            Err(why) => State::Unreadable(Box::new(Unreadable {
+        view.state = match unreadable {
+            Some(why) => State::Unreadable(Box::new(Unreadable {
                 header: None,
-                reason: Refusal::Corrupt(format!("{why} ({})", listing.key.describe())),
+                reason: Refusal::Corrupt(format!("{why} ({})", key.describe())),
                 external: false,
             })),
-            Ok(_) => view.rebuild(backend),
+            None => view.rebuild(backend),
         };
         view
     }
 
     /// A session that cannot be shown for a reason found outside its log (e.g. a
     /// duplicate id).
-    pub fn refused(listing: &Listing, reason: Refusal) -> SessionView {
+    pub fn refused(
+        id: &str,
+        key: &SessionKey,
+        header: Option<SessionHeader>,
+        reason: Refusal,
+    ) -> SessionView {
         SessionView {
-            id: listing.id.clone(),
-            key: listing.key.clone(),
+            id: id.to_string(),
+            key: key.clone(),
             revision: None,
             changed_at: SystemTime::now(),
             grace: Duration::ZERO,
             state: State::Unreadable(Box::new(Unreadable {
-                header: listing.header.as_ref().ok().cloned(),
+                header,
                 reason,
                 external: true,
             })),
