@@ -2,7 +2,9 @@
 //! sentence for the user. Every errno choice is made here.
 
 use std::fmt;
+use std::io;
 
+use crate::fs::writeback::FlushError;
 use crate::model::Refusal;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +67,32 @@ impl fmt::Display for Error {
             | Error::IsDir(m)
             | Error::Io { message: m, .. } => f.write_str(m),
             Error::Unreadable(refusal) => f.write_str(refusal.message()),
+        }
+    }
+}
+
+/// The errno for a failed store write: the system's own when it gave one (a
+/// full disk is ENOSPC), else one that fits the kind, else EIO.
+pub fn io_errno(error: &io::Error) -> i32 {
+    if let Some(errno) = error.raw_os_error() {
+        return errno;
+    }
+    match error.kind() {
+        io::ErrorKind::StorageFull => libc::ENOSPC,
+        io::ErrorKind::QuotaExceeded => libc::EDQUOT,
+        io::ErrorKind::PermissionDenied => libc::EACCES,
+        io::ErrorKind::ReadOnlyFilesystem => libc::EROFS,
+        io::ErrorKind::ResourceBusy => libc::EBUSY,
+        io::ErrorKind::AlreadyExists => libc::EEXIST,
+        _ => libc::EIO,
+    }
+}
+
+impl From<FlushError> for Error {
+    fn from(error: FlushError) -> Error {
+        Error::Io {
+            errno: io_errno(&error.source),
+            message: error.to_string(),
         }
     }
 }

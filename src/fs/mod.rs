@@ -19,7 +19,7 @@ use crate::store::memory::MemoryStore;
 use crate::store::{Backend, Listing, SessionKey};
 use crate::view::{Content, SessionView, ViewFile};
 use inode::{Ino, Node};
-use writeback::Writeback;
+use writeback::{FlushScope, Writeback};
 
 /// How the mount presents files.
 #[derive(Clone, Debug)]
@@ -957,10 +957,13 @@ impl SessionFs {
         };
         let decoded = Ino::decode(ino).ok_or_else(|| Error::NotFound("unknown inode".into()))?;
         let status = match decoded {
-            Ino::RootFlush => Some(self.writeback.status(None)),
+            Ino::RootFlush => Some(self.writeback.status(FlushScope::Everything)),
             Ino::Session(number, Node::Flush) => {
                 let slot = self.slot(number)?;
-                Some(self.writeback.status(Some(&slot.id)))
+                Some(self.writeback.status(FlushScope::Lineage {
+                    session: &slot.id,
+                    parent_of: &|id| self.parent_of(id),
+                }))
             }
             Ino::Session(number, Node::Fork) => {
                 let slot = self.slot(number)?;
@@ -1052,13 +1055,23 @@ impl SessionFs {
 
     fn flush_command(&self, session: Option<&str>, data: &[u8]) -> Result<usize> {
         control::parse_flush_command(data).map_err(Error::Invalid)?;
-        match self.writeback.flush(session) {
-            Ok(_) => Ok(data.len()),
-            Err(why) => Err(Error::Io {
-                errno: libc::EIO,
-                message: why,
-            }),
-        }
+        let parent_of = |id: &str| self.parent_of(id);
+        let scope = match session {
+            Some(session) => FlushScope::Lineage {
+                session,
+                parent_of: &parent_of,
+            },
+            None => FlushScope::Everything,
+        };
+        self.writeback.flush(scope)?;
+        Ok(data.len())
+    }
+
+    /// The parent a listed session's header names, for a flush's lineage.
+    fn parent_of(&self, id: &str) -> Option<String> {
+        let slot = self.slot(self.slot_by_id(id)?).ok()?;
+        let listing = lock(&slot.listing);
+        listing.header.as_ref().ok()?.parent_session.clone()
     }
 
     fn fork_command(&self, number: u32, data: &[u8]) -> Result<usize> {

@@ -23,7 +23,8 @@ use serde_json::{Map, Value};
 
 use super::tail::{Decoded, TailScanner};
 use super::{
-    Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey, read_ahead,
+    Backend, Checkpoint, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey,
+    read_ahead,
 };
 use crate::json::{JsonMap, MAX_SAFE_INTEGER, non_negative_safe_integer, safe_integer};
 use crate::model::Refusal;
@@ -620,6 +621,29 @@ impl Backend for SqliteStore {
         Ok(SessionKey::Row(header.id.clone()))
     }
 
+    fn checkpoint(&self) -> io::Result<Checkpoint> {
+        let failed = |e: rusqlite::Error| write_error(&self.path, e);
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let connection = Connection::open_with_flags(&self.path, flags).map_err(failed)?;
+        // PASSIVE never invokes the busy handler; a zero timeout keeps the
+        // connection's own locking from waiting on the Harness either.
+        connection.busy_timeout(Duration::ZERO).map_err(failed)?;
+        connection
+            .execute_batch("PRAGMA trusted_schema = OFF")
+            .map_err(failed)?;
+        let (busy, frames, copied): (i64, i64, i64) = connection
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            })
+            .map_err(failed)?;
+        Ok(match (u64::try_from(frames), u64::try_from(copied)) {
+            (Ok(frames), Ok(copied)) => Checkpoint::Passive { frames, copied },
+            // -1: not a WAL database (or another connection was checkpointing).
+            _ if busy != 0 => Checkpoint::Busy,
+            _ => Checkpoint::NotNeeded,
+        })
+    }
+
     fn contains(&self, id: &str) -> bool {
         // On a read error the answer is "no": create() checks again inside its
         // write transaction, so a wrong answer cannot overwrite a session.
@@ -722,8 +746,11 @@ fn invalid_input(message: impl Into<String>) -> io::Error {
 }
 
 fn write_error(path: &Path, error: rusqlite::Error) -> io::Error {
+    // The kind carries SQLite's reason to `error.rs`, which picks the errno.
     let kind = match error.sqlite_error_code() {
         Some(ErrorCode::ReadOnly | ErrorCode::PermissionDenied) => io::ErrorKind::PermissionDenied,
+        Some(ErrorCode::DiskFull) => io::ErrorKind::StorageFull,
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => io::ErrorKind::ResourceBusy,
         _ => io::ErrorKind::Other,
     };
     io::Error::new(
