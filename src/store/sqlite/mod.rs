@@ -6,6 +6,11 @@
 //! return, so the Harness can keep writing and checkpointing. Fork children are
 //! written through a separate read-write connection in one `BEGIN IMMEDIATE`
 //! transaction (spec §11.5, §11.7).
+//!
+//! This file is the `Backend`. `schema` holds the identity checks and table
+//! definitions, `rows` decodes stored rows, `encode` is the one row encoder
+//! every writer uses (fork children, repairs, the benchmark's store
+//! generator), and `varint` is the `source_event_seqs` codec.
 
 mod encode;
 mod rows;
@@ -26,8 +31,8 @@ use serde_json::Value;
 use encode::invalid_input;
 pub use encode::{EventRow, NewSession, RowEncoder, insert_events};
 use rows::{Cell, PhysicalRow, RowBatch, SessionRow};
-pub use schema::{APPLICATION_ID, Schema, initialise};
 use schema::{LIST_SESSIONS, SESSION_BY_ID, SESSION_EXISTS, check_identity};
+pub use schema::{Schema, initialise};
 pub use varint::{decode_source_seqs, encode_source_seqs};
 
 use super::tail::{Decoded, TailScanner};
