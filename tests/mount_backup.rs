@@ -259,3 +259,35 @@ fn a_parent_flush_covers_grandchildren_on_zstd_jsonl() {
 fn a_parent_flush_covers_grandchildren_on_sqlite() {
     a_parent_flush_covers_grandchildren("sqlite17");
 }
+
+/// A Harness connection in a read transaction holds back the frames written
+/// after its snapshot: the flush still returns at once, `cat flush` says the
+/// checkpoint is incomplete, and the next flush completes it.
+#[test]
+fn a_reader_holds_the_checkpoint_back_without_blocking_the_flush() {
+    let copy = store_copy("sqlite17");
+    let mount = Mount::new(&copy.path, &["-o", "grace=0,window=60000"]);
+    let parent = session_dir(mount.path(), "release-notes");
+    let harness = rusqlite::Connection::open(&copy.path).expect("open as the Harness would");
+    harness.execute_batch("BEGIN").expect("begin");
+    let sessions: i64 = harness
+        .query_row("SELECT count(*) FROM sessions", [], |row| row.get(0))
+        .expect("a read starts the snapshot");
+    assert!(sessions > 0);
+
+    std::fs::write(parent.join("fork"), b"42 held-back\n").expect("fork");
+    let started = std::time::Instant::now();
+    let status = flush(&parent);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "the flush waited on the reader (the busy timeout is 5 s)"
+    );
+    assert!(
+        status.contains("durable: held-back through seq 43") && status.contains(" incomplete: "),
+        "{status}"
+    );
+
+    harness.execute_batch("COMMIT").expect("end the read");
+    let status = flush(&parent);
+    assert!(status.contains(" complete: all "), "{status}");
+}
