@@ -104,3 +104,22 @@ impl From<Refusal> for Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_is_enospc_whether_the_system_or_sqlite_said_so() {
+        let system = io::Error::from_raw_os_error(libc::ENOSPC);
+        let sqlite = io::Error::new(io::ErrorKind::StorageFull, "database or disk is full");
+        assert_eq!(io_errno(&system), libc::ENOSPC);
+        assert_eq!(io_errno(&sqlite), libc::ENOSPC);
+        assert_eq!(io_errno(&io::Error::other("a torn write")), libc::EIO);
+        let flush = FlushError {
+            session: "child".into(),
+            source: sqlite,
+        };
+        assert_eq!(Error::from(flush).errno(), libc::ENOSPC);
+    }
+}
