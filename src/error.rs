@@ -2,7 +2,9 @@
 //! sentence for the user. Every errno choice is made here.
 
 use std::fmt;
+use std::io;
 
+use crate::fs::writeback::FlushError;
 use crate::model::Refusal;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,6 +71,32 @@ impl fmt::Display for Error {
     }
 }
 
+/// The errno for a failed store write: the system's own when it gave one (a
+/// full disk is ENOSPC), else one that fits the kind, else EIO.
+pub fn io_errno(error: &io::Error) -> i32 {
+    if let Some(errno) = error.raw_os_error() {
+        return errno;
+    }
+    match error.kind() {
+        io::ErrorKind::StorageFull => libc::ENOSPC,
+        io::ErrorKind::QuotaExceeded => libc::EDQUOT,
+        io::ErrorKind::PermissionDenied => libc::EACCES,
+        io::ErrorKind::ReadOnlyFilesystem => libc::EROFS,
+        io::ErrorKind::ResourceBusy => libc::EBUSY,
+        io::ErrorKind::AlreadyExists => libc::EEXIST,
+        _ => libc::EIO,
+    }
+}
+
+impl From<FlushError> for Error {
+    fn from(error: FlushError) -> Error {
+        Error::Io {
+            errno: io_errno(&error.source),
+            message: error.to_string(),
+        }
+    }
+}
+
 impl From<Refusal> for Error {
     fn from(refusal: Refusal) -> Error {
         Error::Unreadable(refusal)
@@ -76,3 +104,22 @@ impl From<Refusal> for Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_is_enospc_whether_the_system_or_sqlite_said_so() {
+        let system = io::Error::from_raw_os_error(libc::ENOSPC);
+        let sqlite = io::Error::new(io::ErrorKind::StorageFull, "database or disk is full");
+        assert_eq!(io_errno(&system), libc::ENOSPC);
+        assert_eq!(io_errno(&sqlite), libc::ENOSPC);
+        assert_eq!(io_errno(&io::Error::other("a torn write")), libc::EIO);
+        let flush = FlushError {
+            session: "child".into(),
+            source: sqlite,
+        };
+        assert_eq!(Error::from(flush).errno(), libc::ENOSPC);
+    }
+}

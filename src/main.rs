@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use fuser::{Config, MountOption, SessionACL};
 use sessionfs::cli::{self, Command, Options};
+use sessionfs::fs::writeback::FlushScope;
 use sessionfs::fs::{FsConfig, SessionFs};
 use sessionfs::fuse_adapter::FuseAdapter;
 
@@ -262,7 +263,7 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
                     "signal {signal}: flushing and unmounting {}",
                     mountpoint.display()
                 );
-                if let Err(why) = writeback.flush(None) {
+                if let Err(why) = writeback.flush(FlushScope::Everything) {
                     log::error!("flush at signal {signal} failed: {why}");
                 }
                 if let Err(e) = unmounter.unmount() {

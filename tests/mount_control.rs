@@ -350,13 +350,15 @@ fn kill_9_before_the_window_closes_leaves_a_valid_store() {
     }
 }
 
-#[test]
-fn a_full_disk_fails_the_flush_and_keeps_the_store_loadable() {
+/// A store on a small tmpfs, filled after mounting (so SQLite's `-wal` and
+/// `-shm` exist), with a fork pending: the flush fails with ENOSPC, and the
+/// store still mounts without the child.
+fn a_full_disk_fails_the_flush_with_enospc(store_name: &str) {
     let dir = common::TempDir::new("tiny");
     let target = dir.path().join("fs");
     std::fs::create_dir(&target).expect("mkdir");
     let (ok, err) = sh(&format!(
-        "mount -t tmpfs -o size=512k tmpfs '{}'",
+        "mount -t tmpfs -o size=1m tmpfs '{}'",
         target.display()
     ));
     assert!(ok, "mounting a small tmpfs failed: {err}");
@@ -367,23 +369,34 @@ fn a_full_disk_fails_the_flush_and_keeps_the_store_loadable() {
         }
     }
     let _tmpfs = Unmount(target.clone());
-    let store = target.join("store");
-    common::copy_tree(
-        &common::fixtures().join("stores/jsonl/--Users-mei-code-ledger-api--/release-notes"),
-        &store.join("--Users-mei-code-ledger-api--/release-notes"),
-    );
+    let source = common::fixtures().join("stores").join(store_name);
+    let (store, kept) = if store_name.starts_with("sqlite") {
+        let db = target.join("store/sessions.db");
+        common::copy_tree(&source, &target.join("store"));
+        (db.clone(), db)
+    } else {
+        let session = "--Users-mei-code-ledger-api--/release-notes";
+        let store = target.join("store");
+        common::copy_tree(&source.join(session), &store.join(session));
+        (store.clone(), store)
+    };
+    let mount = Mount::new(&store, &["-o", "window=60000"]);
+    let parent = session_dir(mount.path(), "release-notes");
+    let before = snapshot(kept.parent().filter(|_| kept.is_file()).unwrap_or(&kept));
     // Fill the file system.
     let _ = Command::new("dd")
         .arg("if=/dev/zero")
         .arg(format!("of={}", target.join("filler").display()))
         .arg("bs=4k")
+        .stderr(std::process::Stdio::null())
         .status();
-    let before = snapshot(&store);
-    let mount = Mount::new(&store, &["-o", "window=60000"]);
-    let parent = session_dir(mount.path(), "release-notes");
     std::fs::write(parent.join("fork"), b"42 no-room\n").expect("fork is accepted in memory");
     let err = std::fs::write(mount.path().join("flush"), b"\n").expect_err("the disk is full");
-    assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    assert_eq!(
+        err.raw_os_error(),
+        Some(libc::ENOSPC),
+        "{store_name}: {err}"
+    );
     let status = std::fs::read_to_string(mount.path().join("flush")).expect("status");
     assert!(
         status.contains("FAILED") && status.contains("no-room"),
@@ -392,14 +405,31 @@ fn a_full_disk_fails_the_flush_and_keeps_the_store_loadable() {
     // The mount keeps serving, and the store holds no partial child.
     assert!(std::fs::read_to_string(parent.join("surface.jsonl")).is_ok());
     drop(mount);
-    let after = snapshot(&store);
-    assert_eq!(before, after, "a failed write leaves nothing behind");
+    if !kept.is_file() {
+        assert_eq!(
+            before,
+            snapshot(&kept),
+            "a failed write leaves nothing behind"
+        );
+    }
+    std::fs::remove_file(target.join("filler")).expect("make room");
     let fresh = Mount::new(&store, &["-o", "grace=0"]);
     assert!(
         session_dir(fresh.path(), "release-notes")
             .join("surface.jsonl")
             .exists()
     );
+    assert!(!session_dir(fresh.path(), "no-room").exists());
+}
+
+#[test]
+fn a_full_disk_fails_the_flush_with_enospc_on_jsonl() {
+    a_full_disk_fails_the_flush_with_enospc("jsonl");
+}
+
+#[test]
+fn a_full_disk_fails_the_flush_with_enospc_on_sqlite() {
+    a_full_disk_fails_the_flush_with_enospc("sqlite17");
 }
 
 #[test]

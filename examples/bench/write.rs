@@ -10,14 +10,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, params};
-use serde_json::Value;
 use sessionfs::json::JsonMap;
-use sessionfs::model::chunk_rows::{self, RowKind};
+use sessionfs::model::chunk_rows;
 use sessionfs::model::header::SessionHeader;
 use sessionfs::model::ids::{encode_segment, project_dir};
-use sessionfs::store::sqlite::encode_source_seqs;
+use sessionfs::store::sqlite::{self, EventRow, NewSession, RowEncoder, Schema};
 
 use crate::synth::{Profile, Rng, SessionGen};
 
@@ -123,22 +121,12 @@ pub fn drive(spec: &SessionSpec, mut sink: impl FnMut(&[JsonMap]) -> u64) -> Ses
     generator
 }
 
-/// One `events` row of schema 17.
-pub struct SqlRow {
-    seq: i64,
-    event_type: String,
-    time: i64,
-    data: SqlValue,
-    source_event_seqs: SqlValue,
-    surface_op: SqlValue,
-    ignorable: SqlValue,
-}
-
 /// Per-thread encoders, reused across frames (creating a zstd context per frame
-/// costs more than compressing a 300-byte batch).
+/// costs more than compressing a 300-byte batch). SQLite rows come from the
+/// store's own row encoder, so they are packed and split as sessionfs writes them.
 pub struct Encoders {
     frame: zstd::bulk::Compressor<'static>,
-    blob: zstd::bulk::Compressor<'static>,
+    rows: RowEncoder,
 }
 
 impl Encoders {
@@ -147,97 +135,28 @@ impl Encoders {
         let mut frame = zstd::bulk::Compressor::new(3).expect("zstd context");
         frame.include_checksum(true).expect("zstd parameter");
         frame.include_contentsize(false).expect("zstd parameter");
-        // As the SQLite `data` column: level 3, content size, no checksum.
-        let mut blob = zstd::bulk::Compressor::new(3).expect("zstd context");
-        blob.include_checksum(false).expect("zstd parameter");
-        blob.include_contentsize(true).expect("zstd parameter");
-        Encoders { frame, blob }
+        let rows = RowEncoder::new(Schema::V17).expect("zstd context");
+        Encoders { frame, rows }
     }
 
     pub fn frame(&mut self, plaintext: &[u8]) -> Vec<u8> {
         self.frame.compress(plaintext).expect("zstd compress")
     }
 
-    /// The `data` column: TEXT under 4096 bytes, else a zstd BLOB when strictly smaller.
-    fn data_column(&mut self, text: String) -> SqlValue {
-        if text.len() < 4096 {
-            return SqlValue::Text(text);
-        }
-        let blob = self.blob.compress(text.as_bytes()).expect("zstd compress");
-        if blob.len() < text.len() {
-            SqlValue::Blob(blob)
-        } else {
-            SqlValue::Text(text)
-        }
-    }
-
     /// The storage records of one batch (packed as the Harness packs, per batch),
     /// as JSONL plaintext and, when `rows`, as schema-17 rows.
-    pub fn batch(&mut self, batch: &[JsonMap], rows: bool) -> (Vec<u8>, Vec<SqlRow>) {
-        let records = chunk_rows::pack(batch, usize::MAX);
+    pub fn batch(&mut self, batch: &[JsonMap], rows: bool) -> (Vec<u8>, Vec<EventRow>) {
         let mut plain = Vec::with_capacity(batch.len() * 120);
-        let mut out = Vec::new();
-        for record in &records {
+        for record in &chunk_rows::pack(batch, usize::MAX) {
             serde_json::to_writer(&mut plain, record).expect("serialize");
             plain.push(b'\n');
-            if rows {
-                out.push(self.sql_row(record));
-            }
         }
-        (plain, out)
-    }
-
-    fn sql_row(&mut self, record: &JsonMap) -> SqlRow {
-        let text = |v: &Value| serde_json::to_string(v).expect("serialize");
-        let int = |key: &str| record[key].as_i64().expect("integer field");
-        let kind = record
-            .contains_key("seq0")
-            .then(|| record["type"].as_str().and_then(RowKind::from_tag))
-            .flatten();
-        if let Some(kind) = kind {
-            let data = text(&record["data"]);
-            let members = record["data"]
-                .get(if kind == RowKind::ToolCall {
-                    "args"
-                } else {
-                    "texts"
-                })
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
-            assert!(
-                members <= 1024 && data.len() <= 1 << 20,
-                "a packed row beyond the schema-17 limits"
-            );
-            return SqlRow {
-                seq: int("seq0"),
-                event_type: kind.tag().to_string(),
-                time: int("time0"),
-                data: self.data_column(data),
-                source_event_seqs: SqlValue::Null,
-                surface_op: SqlValue::Null,
-                ignorable: SqlValue::Integer(0),
-            };
-        }
-        let seqs = record.get("sourceEventSeqs").map(|v| {
-            let seqs: Vec<u64> = v
-                .as_array()
-                .expect("array")
-                .iter()
-                .map(|s| s.as_u64().expect("seq"))
-                .collect();
-            SqlValue::Blob(encode_source_seqs(&seqs))
-        });
-        SqlRow {
-            seq: int("seq"),
-            event_type: record["type"].as_str().expect("type").to_string(),
-            time: int("time"),
-            data: self.data_column(text(&record["data"])),
-            source_event_seqs: seqs.unwrap_or(SqlValue::Null),
-            surface_op: record
-                .get("surfaceOp")
-                .map_or(SqlValue::Null, |op| SqlValue::Text(text(op))),
-            ignorable: SqlValue::Null,
-        }
+        let rows = if rows {
+            self.rows.batch(batch).expect("encode rows")
+        } else {
+            Vec::new()
+        };
+        (plain, rows)
     }
 }
 
@@ -253,41 +172,6 @@ pub struct SessionStats {
     pub zstd: u64,
 }
 
-/// The schema-17 DDL; collapsing its whitespace gives exactly the table
-/// definitions that the Harness (and sessionfs's `open`) compare against (spec §11.2).
-const SCHEMA_17: &str = "
-CREATE TABLE persistence_state (
-  singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
-  store_id TEXT NOT NULL
-) STRICT;
-CREATE TABLE sessions (
-  id TEXT PRIMARY KEY,
-  version INTEGER NOT NULL,
-  created_at INTEGER NOT NULL,
-  cwd TEXT,
-  parent_session TEXT,
-  seed_length INTEGER,
-  origin TEXT,
-  delegation_depth INTEGER,
-  agent_preset TEXT,
-  incarnation TEXT NOT NULL,
-  revision INTEGER NOT NULL
-) STRICT;
-CREATE TABLE events (
-  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-  seq INTEGER NOT NULL,
-  type TEXT NOT NULL,
-  time INTEGER NOT NULL,
-  data ANY NOT NULL,
-  source_event_seqs ANY,
-  surface_op TEXT,
-  ignorable INTEGER CHECK (ignorable IS NULL OR ignorable IN (0, 1)),
-  PRIMARY KEY (session_id, seq)
-) STRICT;
-";
-
-const INSERT_EVENT: &str = "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
-
 /// A lowercase UUID v4 from the PRNG (deterministic ids keep stores reproducible).
 pub fn uuid(rng: &mut Rng) -> String {
     let mut bytes = [0u8; 16];
@@ -297,52 +181,24 @@ pub fn uuid(rng: &mut Rng) -> String {
     sessionfs::random::format_uuid_v4(bytes)
 }
 
-/// Creates a fresh Harness schema-17 database, as the Harness initialises one (spec §11.1).
+/// Creates a fresh Harness schema-17 database, as the Harness initialises one
+/// (spec §11.1); WAL without fsyncs, for speed.
 pub fn create_database(path: &Path, store_id: &str) -> rusqlite::Result<Connection> {
     let connection = Connection::open(path)?;
     connection.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = OFF;")?;
-    connection.execute_batch(&format!(
-        "BEGIN; {SCHEMA_17} INSERT INTO persistence_state (singleton, store_id) VALUES (1, '{store_id}'); PRAGMA application_id = 1146308688; PRAGMA user_version = 17; COMMIT;"
-    ))?;
+    sqlite::initialise(&connection, store_id)?;
     Ok(connection)
 }
 
 /// Inserts one batch's rows (in the caller's transaction).
-pub fn insert_rows(connection: &Connection, id: &str, rows: &[SqlRow]) -> rusqlite::Result<()> {
-    let mut insert = connection.prepare_cached(INSERT_EVENT)?;
-    for row in rows {
-        insert.execute(params![
-            id,
-            row.seq,
-            row.event_type,
-            row.time,
-            row.data,
-            row.source_event_seqs,
-            row.surface_op,
-            row.ignorable
-        ])?;
-    }
-    Ok(())
-}
-
-/// Inserts a `sessions` row (spec §11.5: revision = number of committed batches).
-pub fn insert_session(
-    connection: &Connection,
-    header: &SessionHeader,
-    incarnation: &str,
-    revision: u64,
-) -> rusqlite::Result<()> {
-    connection.execute(
-        "INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, incarnation, revision) VALUES (?1, 0, ?2, ?3, NULL, NULL, NULL, ?4, NULL, ?5, ?6)",
-        params![header.id, header.created_at, header.cwd, header.delegation_depth.map(|d| d as i64), incarnation, revision as i64],
-    )?;
-    Ok(())
+pub fn insert_rows(connection: &Connection, id: &str, rows: &[EventRow]) -> rusqlite::Result<()> {
+    sqlite::insert_events(connection, Schema::V17, id, rows)
 }
 
 enum DbMessage {
     /// The session row goes in first (events reference it), with revision 0 ...
     Begin(SessionHeader),
-    Rows(Arc<str>, Vec<SqlRow>),
+    Rows(Arc<str>, Vec<EventRow>),
     /// ... and gets the number of committed batches at the end.
     End(Arc<str>, u64),
 }
@@ -576,10 +432,10 @@ fn generate(dir: &Path, sessions: &[SessionSpec], encs: &[Enc]) -> Vec<SessionSt
                         DbMessage::Rows(id, rows) => {
                             insert_rows(&connection, &id, &rows).expect("insert rows")
                         }
-                        DbMessage::Begin(header) => {
-                            insert_session(&connection, &header, &uuid(&mut rng), 0)
-                                .expect("insert session")
-                        }
+                        DbMessage::Begin(header) => NewSession::new(&header, uuid(&mut rng), 0)
+                            .expect("a valid header")
+                            .insert(&connection)
+                            .expect("insert session"),
                         DbMessage::End(id, revision) => {
                             let revision = revision as i64;
                             connection

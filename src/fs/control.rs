@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use super::inode::{Ino, Node};
 use super::table::{Listed, Slot};
+use super::writeback::FlushScope;
 use super::{Attr, NAME_MAX, SessionFs, lock, mount_name};
 use crate::error::Error;
 use crate::model::ids::encode_segment;
@@ -77,10 +78,13 @@ impl SessionFs {
     /// What reading a control file shows now; its `stat` size is this length.
     pub(super) fn control_status(&self, ino: Ino) -> crate::error::Result<String> {
         match ino {
-            Ino::RootFlush => Ok(self.writeback.status(None)),
+            Ino::RootFlush => Ok(self.writeback.status(FlushScope::Everything)),
             Ino::Session(number, Node::Flush) => {
                 let slot = self.slot(number)?;
-                Ok(self.writeback.status(Some(&slot.id)))
+                Ok(self.writeback.status(FlushScope::Lineage {
+                    session: &slot.id,
+                    parent_of: &|id| self.parent_of(id),
+                }))
             }
             Ino::Session(number, Node::Fork) => {
                 let slot = self.slot(number)?;
@@ -123,13 +127,23 @@ impl SessionFs {
 
     fn flush_command(&self, session: Option<&str>, data: &[u8]) -> crate::error::Result<usize> {
         parse_flush_command(data).map_err(Error::Invalid)?;
-        match self.writeback.flush(session) {
-            Ok(_) => Ok(data.len()),
-            Err(why) => Err(Error::Io {
-                errno: libc::EIO,
-                message: why,
-            }),
-        }
+        let parent_of = |id: &str| self.parent_of(id);
+        let scope = match session {
+            Some(session) => FlushScope::Lineage {
+                session,
+                parent_of: &parent_of,
+            },
+            None => FlushScope::Everything,
+        };
+        self.writeback.flush(scope)?;
+        Ok(data.len())
+    }
+
+    /// The parent a listed session's header names, for a flush's lineage.
+    fn parent_of(&self, id: &str) -> Option<String> {
+        let slot = self.slot(self.slot_by_id(id)?).ok()?;
+        let parent = lock(&slot.listed).parent.clone();
+        parent.map(String::from)
     }
 
     fn fork_command(&self, number: u32, data: &[u8]) -> crate::error::Result<usize> {

@@ -2,9 +2,15 @@
 //! Harness's controller (spec §12.1): the first pending write starts one fixed
 //! window (200 ms by default), later ones join it without moving the deadline,
 //! and when it closes everything pending is written durably in one go. `flush`
-//! writes everything pending now and returns only when it is durable.
+//! writes everything pending now (or one session's lineage: it and every fork
+//! made from it or its descendants) and returns only when it is durable.
+//! After writing, the store is asked for a checkpoint that never waits on the
+//! Harness (SQLite: a PASSIVE WAL checkpoint), so a copy of the database file
+//! alone holds what sessionfs wrote whenever SQLite allowed it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::io;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -12,7 +18,7 @@ use crate::json::JsonMap;
 use crate::model::header::SessionHeader;
 use crate::render::format_time;
 use crate::store::memory::MemoryStore;
-use crate::store::{Backend, SessionKey};
+use crate::store::{Backend, Checkpoint, SessionKey};
 
 /// Called when a pending session became durable, with its key in the store.
 pub type DurableHook = Box<dyn Fn(&str, SessionKey) + Send + Sync>;
@@ -31,9 +37,50 @@ struct State {
     /// submission or an explicit flush, as the Harness does.
     paused: bool,
     shutdown: bool,
-    durable: BTreeMap<String, u64>,
+    /// Each session made durable here: its last seq and its parent.
+    durable: BTreeMap<String, (u64, Option<String>)>,
     last_flush: Option<(SystemTime, Result<String, String>)>,
+    last_checkpoint: Option<(SystemTime, Result<Checkpoint, String>)>,
     last_error: Option<String>,
+}
+
+/// What a flush covers.
+#[derive(Clone, Copy)]
+pub enum FlushScope<'a> {
+    /// Every pending session (the root `flush`).
+    Everything,
+    /// One session and its descendants: pending forks made from it, from its
+    /// children, and so on down. `parent_of` names the parent of a session that
+    /// is not pending here (one the store holds), so lineage through sessions
+    /// the Harness wrote is followed too.
+    Lineage {
+        session: &'a str,
+        parent_of: &'a dyn Fn(&str) -> Option<String>,
+    },
+}
+
+/// The first write of a flush that failed, with the store's own error, so the
+/// errno it deserves (ENOSPC for a full disk) reaches the caller.
+#[derive(Debug)]
+pub struct FlushError {
+    pub session: String,
+    pub source: io::Error,
+}
+
+impl fmt::Display for FlushError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "writing session {:?} failed: {}",
+            self.session, self.source
+        )
+    }
+}
+
+impl std::error::Error for FlushError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
 }
 
 pub struct Writeback {
@@ -96,7 +143,11 @@ impl Writeback {
                     if now >= deadline {
                         state.deadline = None;
                         let batch: Vec<Pending> = state.queue.drain(..).collect();
-                        state = self.write(state, batch, true).0;
+                        let (after, outcome) = self.write(state, batch, true);
+                        state = after;
+                        if outcome.written > 0 {
+                            state = self.checkpoint(state);
+                        }
                         continue;
                     }
                     state = self
@@ -111,15 +162,15 @@ impl Writeback {
     }
 
     /// Writes a batch with the lock released; failed writes go back to the front
-    /// of the queue in order. Returns the first error.
+    /// of the queue in order.
     fn write<'a>(
         &'a self,
         mut state: MutexGuard<'a, State>,
         batch: Vec<Pending>,
         background: bool,
-    ) -> (MutexGuard<'a, State>, Option<String>) {
+    ) -> (MutexGuard<'a, State>, WriteOutcome) {
         if batch.is_empty() {
-            return (state, None);
+            return (state, WriteOutcome::default());
         }
         state.writing = true;
         drop(state);
@@ -128,24 +179,28 @@ impl Writeback {
         let mut written = Vec::new();
         for pending in batch {
             match self.store.create(&pending.header, &pending.events) {
-                Ok(key) => {
-                    written.push((pending.header.id.clone(), pending.events.len() as u64, key))
-                }
-                Err(e) => {
-                    let message = format!("writing session {:?} failed: {e}", pending.header.id);
-                    log::error!("{message}");
-                    first_error.get_or_insert(message);
+                Ok(key) => written.push((pending.header, pending.events.len() as u64, key)),
+                Err(source) => {
+                    let error = FlushError {
+                        session: pending.header.id.clone(),
+                        source,
+                    };
+                    log::error!("{error}");
+                    first_error.get_or_insert(error);
                     failed.push(pending);
                 }
             }
         }
-        for (id, count, key) in written {
+        let count = written.len();
+        for (header, count, key) in written {
             if let Some(hook) = self.on_durable.get() {
-                hook(&id, key);
+                hook(&header.id, key);
             }
-            self.memory.remove(&id);
+            self.memory.remove(&header.id);
             let mut state = self.lock();
-            state.durable.insert(id, count.saturating_sub(1));
+            state
+                .durable
+                .insert(header.id, (count.saturating_sub(1), header.parent_session));
         }
         let mut state = self.lock();
         state.writing = false;
@@ -153,31 +208,104 @@ impl Writeback {
             state.queue.push_front(pending);
         }
         if let Some(error) = &first_error {
-            state.last_error = Some(error.clone());
+            state.last_error = Some(error.to_string());
             state.paused |= background;
         }
         self.wake.notify_all();
-        (state, first_error)
+        (
+            state,
+            WriteOutcome {
+                written: count,
+                error: first_error,
+            },
+        )
     }
 
-    /// Writes everything pending (for one session, or all) and returns when it is
-    /// durable. `Err` carries the first failure, after every write was tried.
-    pub fn flush(&self, session: Option<&str>) -> Result<String, String> {
+    /// Asks the store to checkpoint (with the lock released) and records the answer.
+    fn checkpoint<'a>(&'a self, state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        drop(state);
+        let outcome = self.store.checkpoint().map_err(|e| {
+            log::warn!("checkpoint after a flush failed: {e}");
+            e.to_string()
+        });
         let mut state = self.lock();
+        state.last_checkpoint = Some((SystemTime::now(), outcome));
+        state
+    }
+
+    fn wait_for_writes<'a>(&'a self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         while state.writing {
             state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner());
         }
-        let (batch, rest): (Vec<Pending>, Vec<Pending>) = state
-            .queue
-            .drain(..)
-            .partition(|p| session.is_none_or(|id| p.header.id == id));
+        state
+    }
+
+    /// The ids `scope` covers among the sessions known here (pending or made
+    /// durable here); `None` for everything. The parent chain is walked with the
+    /// lock released, since `parent_of` may take the caller's own locks.
+    fn covered(&self, scope: FlushScope) -> Option<BTreeSet<String>> {
+        let FlushScope::Lineage { session, parent_of } = scope else {
+            return None;
+        };
+        let parents: BTreeMap<String, Option<String>> = {
+            let state = self.lock();
+            let durable = state
+                .durable
+                .iter()
+                .map(|(id, (_, parent))| (id.clone(), parent.clone()));
+            let pending = state
+                .queue
+                .iter()
+                .map(|p| (p.header.id.clone(), p.header.parent_session.clone()));
+            durable.chain(pending).collect()
+        };
+        let descends = |id: &str| {
+            let mut seen = BTreeSet::new();
+            let mut current = id.to_string();
+            loop {
+                if current == session {
+                    return true;
+                }
+                // A cycle of headers naming each other ends the walk.
+                if !seen.insert(current.clone()) {
+                    return false;
+                }
+                let parent = match parents.get(&current) {
+                    Some(parent) => parent.clone(),
+                    None => parent_of(&current),
+                };
+                match parent {
+                    Some(parent) => current = parent,
+                    None => return false,
+                }
+            }
+        };
+        Some(parents.keys().filter(|id| descends(id)).cloned().collect())
+    }
+
+    /// Writes everything pending in `scope` and returns when it is durable, then
+    /// checkpoints the store. `Err` carries the first failure, after every write
+    /// was tried.
+    pub fn flush(&self, scope: FlushScope) -> Result<String, FlushError> {
+        let covered = {
+            let state = self.wait_for_writes(self.lock());
+            drop(state);
+            self.covered(scope)
+        };
+        let mut state = self.wait_for_writes(self.lock());
+        let (batch, rest): (Vec<Pending>, Vec<Pending>) = state.queue.drain(..).partition(|p| {
+            covered
+                .as_ref()
+                .is_none_or(|ids| ids.contains(&p.header.id))
+        });
         state.queue.extend(rest);
         if state.queue.is_empty() {
             state.deadline = None;
         }
         let count = batch.len();
-        let (mut state, error) = self.write(state, batch, false);
-        let outcome = match error {
+        let (state, outcome) = self.write(state, batch, false);
+        let mut state = self.checkpoint(state);
+        let result = match outcome.error {
             Some(error) => Err(error),
             None if count == 0 => Ok(
                 "nothing was pending; everything sessionfs wrote was already durable".to_string(),
@@ -186,14 +314,18 @@ impl Writeback {
                 "{count} pending session(s) written and made durable"
             )),
         };
-        state.last_flush = Some((SystemTime::now(), outcome.clone()));
-        outcome
+        let shown = result
+            .as_ref()
+            .map(String::clone)
+            .map_err(|e| e.to_string());
+        state.last_flush = Some((SystemTime::now(), shown));
+        result
     }
 
     /// Stops the background loop after writing what is pending; returns what could
     /// not be written.
     pub fn shutdown(&self) -> Vec<String> {
-        let _ = self.flush(None);
+        let _ = self.flush(FlushScope::Everything);
         let mut state = self.lock();
         state.shutdown = true;
         self.wake.notify_all();
@@ -205,13 +337,16 @@ impl Writeback {
         self.lock().queue.iter().any(|p| p.header.id == id)
     }
 
-    /// The status shown by `cat flush`.
-    pub fn status(&self, session: Option<&str>) -> String {
+    /// The status shown by `cat flush`: what a flush of `scope` would write, what
+    /// was made durable, and how the last flush and checkpoint went.
+    pub fn status(&self, scope: FlushScope) -> String {
+        let covered = self.covered(scope);
+        let in_scope = |id: &str| covered.as_ref().is_none_or(|ids| ids.contains(id));
         let state = self.lock();
         let pending: Vec<&Pending> = state
             .queue
             .iter()
-            .filter(|p| session.is_none_or(|id| p.header.id == id))
+            .filter(|p| in_scope(&p.header.id))
             .collect();
         let mut out = format!(
             "pending: {} session(s), {} event(s)\n",
@@ -225,29 +360,26 @@ impl Writeback {
                 p.events.len()
             ));
         }
-        for (id, seq) in state
-            .durable
-            .iter()
-            .filter(|(id, _)| session.is_none_or(|s| s == id.as_str()))
-        {
+        for (id, (seq, _)) in state.durable.iter().filter(|(id, _)| in_scope(id)) {
             out.push_str(&format!("durable: {id} through seq {seq}\n"));
         }
         match &state.last_flush {
             None => out.push_str("last-flush: none\n"),
-            Some((when, outcome)) => {
-                let ms = when
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_millis() as i64;
-                match outcome {
-                    Ok(what) => {
-                        out.push_str(&format!("last-flush: {} ok: {what}\n", format_time(ms)))
-                    }
-                    Err(why) => {
-                        out.push_str(&format!("last-flush: {} FAILED: {why}\n", format_time(ms)))
-                    }
-                }
+            Some((when, Ok(what))) => {
+                out.push_str(&format!("last-flush: {} ok: {what}\n", shown_time(*when)))
             }
+            Some((when, Err(why))) => out.push_str(&format!(
+                "last-flush: {} FAILED: {why}\n",
+                shown_time(*when)
+            )),
+        }
+        match &state.last_checkpoint {
+            None => out.push_str("last-checkpoint: none\n"),
+            Some((when, outcome)) => out.push_str(&format!(
+                "last-checkpoint: {} {}\n",
+                shown_time(*when),
+                describe_checkpoint(outcome)
+            )),
         }
         if let Some(error) = &state.last_error {
             out.push_str(&format!("last-error: {error}\n"));
@@ -256,6 +388,38 @@ impl Writeback {
             "note: sessionfs writes only what it creates (fork children); a flush here cannot make a running Harness flush its own buffers.\n",
         );
         out
+    }
+}
+
+/// What one batch of writes did.
+#[derive(Default)]
+struct WriteOutcome {
+    written: usize,
+    error: Option<FlushError>,
+}
+
+fn shown_time(when: SystemTime) -> String {
+    let ms = when
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as i64;
+    format_time(ms)
+}
+
+/// One `last-checkpoint:` status, starting with a word a script can test.
+fn describe_checkpoint(outcome: &Result<Checkpoint, String>) -> String {
+    match outcome {
+        Ok(Checkpoint::NotNeeded) => {
+            "not-needed: the store keeps no write-ahead log; writes land in its files".into()
+        }
+        Ok(Checkpoint::Passive { frames, copied }) if copied >= frames => format!(
+            "complete: all {frames} WAL frame(s) are in the database file"
+        ),
+        Ok(Checkpoint::Passive { frames, copied }) => format!(
+            "incomplete: {copied} of {frames} WAL frame(s) are in the database file; another connection still reads or writes the rest (copy the database with its -wal file, or use sqlite3 .backup)"
+        ),
+        Ok(Checkpoint::Busy) => "incomplete: another connection was checkpointing; copy the database with its -wal file, or use sqlite3 .backup".into(),
+        Err(why) => format!("FAILED: {why}"),
     }
 }
 
@@ -290,10 +454,67 @@ mod tests {
         }
         assert!(store.contains("a") && store.contains("b"));
         assert_eq!(
-            writeback.flush(None),
-            Ok("nothing was pending; everything sessionfs wrote was already durable".into())
+            writeback.flush(FlushScope::Everything).ok().as_deref(),
+            Some("nothing was pending; everything sessionfs wrote was already durable")
         );
         assert!(writeback.shutdown().is_empty());
         thread.join().unwrap();
+    }
+
+    fn child(id: &str, parent: &str) -> SessionHeader {
+        SessionHeader {
+            parent_session: Some(parent.into()),
+            ..header(id)
+        }
+    }
+
+    #[test]
+    fn a_session_flush_covers_its_descendants_and_nothing_else() {
+        let store = Arc::new(MemoryStore::default());
+        let writeback = Writeback::new(
+            store.clone(),
+            Arc::new(MemoryStore::default()),
+            Duration::from_secs(60),
+        );
+        // root -> a -> b (both pending); root -> stored -> c (the middle one the
+        // store holds); other -> d; e and f name each other.
+        writeback.submit(child("a", "root"), Vec::new());
+        writeback.submit(child("b", "a"), Vec::new());
+        writeback.submit(child("c", "stored"), Vec::new());
+        writeback.submit(child("d", "other"), Vec::new());
+        writeback.submit(child("e", "f"), Vec::new());
+        writeback.submit(child("f", "e"), Vec::new());
+        let parent_of = |id: &str| (id == "stored").then(|| "root".to_string());
+        let root = FlushScope::Lineage {
+            session: "root",
+            parent_of: &parent_of,
+        };
+        assert!(writeback.status(root).starts_with("pending: 3 session(s)"));
+        assert_eq!(
+            writeback.flush(root).ok().as_deref(),
+            Some("3 pending session(s) written and made durable")
+        );
+        for id in ["a", "b", "c"] {
+            assert!(store.contains(id) && !writeback.is_pending(id), "{id}");
+        }
+        for id in ["d", "e", "f"] {
+            assert!(!store.contains(id) && writeback.is_pending(id), "{id}");
+        }
+        let status = writeback.status(root);
+        assert!(status.starts_with("pending: 0 session(s)"), "{status}");
+        assert!(status.contains("durable: b through seq 0"), "{status}");
+        assert!(
+            status.contains("last-checkpoint: ") && status.contains(" not-needed: "),
+            "{status}"
+        );
+        // A child's flush does not reach up to its parent.
+        let e = FlushScope::Lineage {
+            session: "e",
+            parent_of: &|_| None,
+        };
+        assert!(writeback.flush(e).is_ok());
+        assert!(store.contains("e") && store.contains("f") && !store.contains("d"));
+        assert!(writeback.flush(FlushScope::Everything).is_ok());
+        assert!(store.contains("d"));
     }
 }

@@ -104,6 +104,20 @@ pub enum ScanEnd {
     Torn { at: String },
 }
 
+/// How a checkpoint after a flush went: whether the store's main file now holds
+/// everything written, so a copy of that file alone is a complete backup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checkpoint {
+    /// The store keeps no write-ahead log (JSONL; SQLite in a rollback-journal
+    /// mode): every write already lands in the store's files.
+    NotNeeded,
+    /// A passive checkpoint copied `copied` of the `frames` frames in the WAL
+    /// into the database file; a reader or writer holds back the rest.
+    Passive { frames: u64, copied: u64 },
+    /// Another connection was checkpointing; nothing was waited for.
+    Busy,
+}
+
 /// Receives the stored events of a scan, in seq order.
 pub type EventSink<'a> = dyn FnMut(EventLoc, Scanned) -> Result<(), Refusal> + 'a;
 
@@ -165,6 +179,13 @@ pub trait Backend: Send + Sync {
 
     /// True when `id` names a session anywhere in the store.
     fn contains(&self, id: &str) -> bool;
+
+    /// Moves what was written into the store's main file where that never waits
+    /// on another process (SQLite: a PASSIVE WAL checkpoint), so a copy of that
+    /// file alone holds it.
+    fn checkpoint(&self) -> std::io::Result<Checkpoint> {
+        Ok(Checkpoint::NotNeeded)
+    }
 
     /// Makes a crash repair durable as the Harness's own load does (spec §8.2,
     /// §10.5, §10.6, §11.5): the stored bytes after `keep` (a torn tail) are
