@@ -26,6 +26,8 @@ Options:
                             uid=N, gid=N, grace=SECONDS, cache=MIB (default 1024),
                             window=MS (fork write-behind window, default 200),
                             attr_timeout=SECONDS (default 1), fsname=NAME,
+                            umask=OCTAL (fixed modes; default: each session's
+                            stored read bits),
                             dev, nodev, suid, nosuid, exec, noexec, atime, noatime;
                             fstab-only options (auto, noauto, user, users,
                             nouser, _netdev, nofail, comment=, x-*) are ignored
@@ -53,6 +55,8 @@ pub struct Options {
     pub window: Duration,
     pub attr_timeout: Duration,
     pub fsname: Option<String>,
+    /// `-o umask=`: fixed modes instead of each session's stored modes.
+    pub umask: Option<u16>,
     /// Make the crash repair of quiet sessions durable in the store.
     pub repair: bool,
     /// Where a detached sessionfs writes its log (stderr otherwise goes to /dev/null).
@@ -121,6 +125,14 @@ impl Options {
             }
             "attr_timeout" | "entry_timeout" => self.attr_timeout = seconds(need(key)?, key)?,
             "fsname" => self.fsname = Some(need("fsname")?.to_string()),
+            "umask" => {
+                let text = need("umask")?;
+                let umask = u16::from_str_radix(text, 8)
+                    .ok()
+                    .filter(|m| *m <= 0o777)
+                    .ok_or_else(|| format!("umask must be octal, 0 to 777, not {text:?}"))?;
+                self.umask = Some(umask);
+            }
             "dev" | "nodev" | "suid" | "nosuid" | "exec" | "noexec" | "atime" | "noatime" => {
                 self.kernel_flags.push(key.to_string())
             }
@@ -153,6 +165,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         window: Duration::from_millis(200),
         attr_timeout: Duration::from_secs(1),
         fsname: None,
+        umask: None,
         repair: false,
         log_file: None,
         kernel_flags: Vec::new(),

@@ -6,6 +6,7 @@
 
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -163,6 +164,9 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
         cache_bytes: options.cache_bytes,
         write_window: options.window,
         repair: options.repair && !options.read_only,
+        umask: options.umask,
+        store_read_bits: std::fs::metadata(&options.store)
+            .map_or(0o444, |m| (m.permissions().mode() & 0o444) as u16),
         ..FsConfig::default()
     };
     let fs = SessionFs::new(store, config);

@@ -659,10 +659,14 @@ fn mode(path: &Path) -> u32 {
 
 #[test]
 fn modes_and_other_users_with_allow_other() {
+    // `umask=022` widens the stored 0600 modes on purpose: everyone may read.
     let copy = store_copy("jsonl");
     let mount = Mount::new(
         &copy.path,
-        &["-o", "allow_other,default_permissions,grace=0,window=60000"],
+        &[
+            "-o",
+            "allow_other,default_permissions,umask=022,grace=0,window=60000",
+        ],
     );
     let options = std::fs::read_to_string("/proc/mounts")
         .expect("mounts")
@@ -762,6 +766,55 @@ fn modes_and_other_users_with_allow_other() {
         ),
         Some(libc::EROFS)
     );
+}
+
+#[test]
+fn allow_other_shows_no_more_than_the_store_grants() {
+    // The Harness keeps each session private (0600 files). Through allow_other
+    // (say, for a backup agent) a session stays as private as its stored file:
+    // only its read bits are shown.
+    let copy = store_copy("jsonl");
+    let public = copy
+        .path
+        .join("--Users-mei-code-ledger-api--/ledger-chat/session.jsonl");
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let mount = Mount::new(&copy.path, &["-o", "allow_other,grace=0"]);
+    let private = session_dir(mount.path(), "release-notes");
+    let shared = session_dir(mount.path(), "ledger-chat");
+    assert_eq!(mode(&private), 0o500);
+    assert_eq!(mode(&private.join("events")), 0o500);
+    assert_eq!(mode(&private.join("header.json")), 0o400);
+    assert_eq!(mode(&private.join("fork")), 0o600);
+    assert_eq!(mode(&shared), 0o555);
+    assert_eq!(mode(&shared.join("transcript.md")), 0o444);
+    assert_eq!(mode(&shared.join("flush")), 0o644);
+    for target in [private.join("header.json"), private.join("transcript.md")] {
+        let out = as_nobody(&format!("cat {}", quote(&target)));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("Permission denied"),
+            "{}: {stderr}",
+            target.display()
+        );
+        assert!(out.stdout.is_empty());
+    }
+    let out = as_nobody(&format!("ls {}", quote(&private.join("events"))));
+    assert!(
+        !out.status.success(),
+        "nobody cannot list a private session"
+    );
+    let out = as_nobody(&format!(
+        "cat {} {}",
+        quote(&shared.join("header.json")),
+        quote(&shared.join("transcript.md"))
+    ));
+    assert!(
+        out.status.success(),
+        "a session the store shares is readable: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Root reads everything, as on the store itself.
+    assert!(std::fs::read(private.join("transcript.md")).is_ok());
 }
 
 #[test]

@@ -11,6 +11,11 @@ use super::{Attr, Kind, SessionFs, lock, mount_name};
 use crate::error::{Error, Result};
 use crate::view::SessionView;
 
+/// A directory readable by a class can also be searched by it.
+fn dir_perm(read_bits: u16) -> u16 {
+    read_bits | (read_bits >> 2)
+}
+
 /// A Unix time in milliseconds as a `SystemTime` (negative times are the epoch).
 pub(super) fn time_of(ms: i64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
@@ -38,16 +43,57 @@ impl SessionFs {
         }
     }
 
-    fn control_perm(&self) -> u16 {
-        if self.config.read_only { 0o444 } else { 0o644 }
+    /// The read bits a session's files show: those of the file that stores it
+    /// (a Harness session is private, 0600: its files show 0400), or fixed by
+    /// `-o umask=`. A fork child not yet durable will be stored private.
+    fn read_bits(&self, slot: &Slot) -> u16 {
+        if let Some(umask) = self.config.umask {
+            return 0o444 & !umask;
+        }
+        let (known, key, pending) = {
+            let listed = lock(&slot.listed);
+            (listed.read_bits, listed.key.clone(), listed.pending)
+        };
+        if let Some(bits) = known {
+            return bits;
+        }
+        let bits = match pending {
+            true => 0o400,
+            false => self
+                .store
+                .mode(&key)
+                .map_or(0o444, |mode| (mode & 0o444) as u16),
+        };
+        lock(&slot.listed).read_bits = Some(bits);
+        bits
+    }
+
+    fn root_read_bits(&self) -> u16 {
+        match self.config.umask {
+            Some(umask) => 0o444 & !umask,
+            None => self.config.store_read_bits,
+        }
+    }
+
+    /// Control files: readable as the session is, writable by the owner.
+    fn control_perm(&self, read_bits: u16) -> u16 {
+        if self.config.read_only {
+            read_bits
+        } else {
+            read_bits | 0o200
+        }
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         match Ino::decode(ino).ok_or_else(|| Error::NotFound(format!("unknown inode {ino}")))? {
-            Ino::Root => Ok(self.make_attr(ino, Kind::Dir, 0, 0o555, self.started)),
+            Ino::Root => {
+                let perm = dir_perm(self.root_read_bits());
+                Ok(self.make_attr(ino, Kind::Dir, 0, perm, self.started))
+            }
             Ino::RootFlush => {
                 let size = self.control_status(Ino::RootFlush)?.len() as u64;
-                Ok(self.make_attr(ino, Kind::File, size, self.control_perm(), self.started))
+                let perm = self.control_perm(self.root_read_bits());
+                Ok(self.make_attr(ino, Kind::File, size, perm, self.started))
             }
             Ino::Session(number, node) => self.session_attr(number, node),
         }
@@ -56,12 +102,14 @@ impl SessionFs {
     fn session_attr(&self, number: u32, node: Node) -> Result<Attr> {
         let slot = self.slot(number)?;
         let ino = Ino::Session(number, node).encode();
+        let read_bits = self.read_bits(&slot);
         if node == Node::Dir {
             // A session directory's time is the session's creation: known from the
             // listing alone (listing the root reads no logs), and it never changes
             // while a reader walks the directory (tar checks that).
             let created = lock(&slot.listed).created_at;
-            return Ok(self.make_attr(ino, Kind::Dir, 0, 0o555, time_of(created)));
+            let perm = dir_perm(read_bits);
+            return Ok(self.make_attr(ino, Kind::Dir, 0, perm, time_of(created)));
         }
         if matches!(node, Node::Fork | Node::Flush) {
             let mtime = self.with_view(&slot, |view| {
@@ -70,7 +118,8 @@ impl SessionFs {
             let mtime =
                 mtime.ok_or_else(|| Error::NotFound(format!("{} has no such file", slot.name)))?;
             let size = self.control_status(Ino::Session(number, node))?.len() as u64;
-            return Ok(self.make_attr(ino, Kind::File, size, self.control_perm(), mtime));
+            let perm = self.control_perm(read_bits);
+            return Ok(self.make_attr(ino, Kind::File, size, perm, mtime));
         }
         self.with_view(&slot, |view| {
             if !self.present(&slot, view, node) {
@@ -79,7 +128,7 @@ impl SessionFs {
             let mtime = view.mtime();
             match node {
                 Node::Events | Node::Children => {
-                    Ok(self.make_attr(ino, Kind::Dir, 0, 0o555, mtime))
+                    Ok(self.make_attr(ino, Kind::Dir, 0, dir_perm(read_bits), mtime))
                 }
                 Node::Parent | Node::Child(_) => {
                     let target = self.symlink_target(view, node)?;
@@ -96,7 +145,7 @@ impl SessionFs {
                             .map_or(mtime, time_of),
                         _ => mtime,
                     };
-                    Ok(self.make_attr(ino, Kind::File, size, 0o444, mtime))
+                    Ok(self.make_attr(ino, Kind::File, size, read_bits, mtime))
                 }
             }
         })?

@@ -65,6 +65,11 @@ pub struct FsConfig {
     pub relist: Duration,
     /// `-o repair`: make the crash repair of quiet sessions durable in the store.
     pub repair: bool,
+    /// `-o umask=`: fixed modes for every file (`0o444 & !umask`, directories
+    /// also searchable) instead of the read bits of each session's stored file.
+    pub umask: Option<u16>,
+    /// The read bits of the store's own root, shown on the mount's root.
+    pub store_read_bits: u16,
 }
 
 impl Default for FsConfig {
@@ -79,6 +84,8 @@ impl Default for FsConfig {
             recheck: Duration::from_millis(250),
             relist: Duration::from_secs(1),
             repair: false,
+            umask: None,
+            store_read_bits: 0o444,
         }
     }
 }

@@ -30,6 +30,8 @@ pub(super) struct Listed {
     pub unreadable: Option<Box<str>>,
     /// A fork child accepted but not yet durable: served from memory.
     pub pending: bool,
+    /// The read bits of the stored file, once asked for.
+    pub read_bits: Option<u16>,
 }
 
 impl Listed {
@@ -48,6 +50,7 @@ impl Listed {
             parent,
             unreadable,
             pending,
+            read_bits: None,
         }
     }
 }

@@ -755,6 +755,15 @@ impl Backend for JsonlStore {
         )))
     }
 
+    fn mode(&self, key: &SessionKey) -> Option<u32> {
+        let SessionKey::File(path) = key else {
+            return None;
+        };
+        std::fs::symlink_metadata(path)
+            .ok()
+            .map(|m| m.mode() & 0o7777)
+    }
+
     fn modified(&self, key: &SessionKey) -> Option<std::time::SystemTime> {
         let SessionKey::File(path) = key else {
             return None;

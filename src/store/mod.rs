@@ -156,6 +156,12 @@ pub trait Backend: Send + Sync {
     /// The current revision of one session's stored bytes.
     fn revision(&self, key: &SessionKey) -> Result<Revision, Refusal>;
 
+    /// The permission bits of the file that holds the session, where the store
+    /// has one: the mount shows no more than they grant.
+    fn mode(&self, _key: &SessionKey) -> Option<u32> {
+        None
+    }
+
     /// When the session's stored bytes were last modified, where the store knows.
     fn modified(&self, _key: &SessionKey) -> Option<std::time::SystemTime> {
         None

@@ -290,6 +290,14 @@ impl Backend for SqliteStore {
 
     /// The database's last write: the later of the file and its write-ahead log.
     /// Per-session times are not stored, so a write to any session counts.
+    /// Every session lives in the one database file.
+    fn mode(&self, _key: &SessionKey) -> Option<u32> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(&self.path)
+            .ok()
+            .map(|m| m.permissions().mode() & 0o7777)
+    }
+
     fn modified(&self, _key: &SessionKey) -> Option<std::time::SystemTime> {
         let mut wal = self.path.clone().into_os_string();
         wal.push("-wal");
