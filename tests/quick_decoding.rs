@@ -196,7 +196,7 @@ fn fold() -> SessionFold {
 /// The fold's state and result after folding `events` one way or the other.
 fn folded(events: impl Iterator<Item = Scanned>) -> String {
     let mut fold = fold();
-    let results: Vec<_> = events.map(|e| fold.observe_scanned(&e)).collect();
+    let results: Vec<_> = events.map(|mut e| fold.observe_scanned(&mut e)).collect();
     format!("{results:?} {fold:?}")
 }
 

@@ -157,7 +157,7 @@ pub fn check_scans(store: &dyn Backend, key: &SessionKey) {
 /// Anything else a closer is refused for is a new finding.
 pub fn known_closer_refusal(refusal: &Refusal) {
     let message = refusal.message();
-    let f1 = message.contains("malformed pre-react-loop turn/end: turn is not a safe integer >= 1")
+    let f1 = message.contains("contains malformed pre-react-loop turn/end at seq")
         || message.contains("tool/result message source is not a tool source with a callId");
     assert!(f1, "a crash-repair closer is refused: {message}");
 }
