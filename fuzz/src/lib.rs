@@ -97,14 +97,25 @@ pub type Scanned = (
     Vec<(EventLoc, JsonMap)>,
 );
 
-/// Scans from `from`, collecting what the sink was handed.
+/// Scans from `from`, collecting what the sink was handed; chunks read quickly
+/// are fetched, to compare whole events.
 pub fn scan_from(store: &dyn Backend, key: &SessionKey, from: &ScanPoint) -> Scanned {
-    let mut events = Vec::new();
-    let mut sink = |loc: EventLoc, event: JsonMap| -> Result<(), Refusal> {
-        events.push((loc, event));
+    let mut scanned = Vec::new();
+    let mut sink = |loc: EventLoc, event: sessionfs::model::quick::Scanned| {
+        scanned.push((loc, event));
         Ok(())
     };
     let result = store.scan(key, from, &mut sink);
+    let events = scanned
+        .into_iter()
+        .map(|(loc, event)| match event {
+            sessionfs::model::quick::Scanned::Event(event) => (loc, event),
+            sessionfs::model::quick::Scanned::Chunk { .. } => match store.fetch(key, loc) {
+                Ok(event) => (loc, event),
+                Err(refusal) => panic!("fetch({loc:?}) of a scanned chunk fails: {refusal}"),
+            },
+        })
+        .collect();
     (result, events)
 }
 
