@@ -174,6 +174,16 @@ impl SessionFold {
         Ok((converted, effect))
     }
 
+    /// Approximate memory held beyond the fold's fixed size, for the cache budget.
+    pub fn memory(&self) -> usize {
+        self.turns.len() + self.message_ids.memory()
+    }
+
+    /// Returns the spare room of a first scan's growing buffers.
+    pub fn shrink(&mut self) {
+        self.message_ids.shrink();
+    }
+
     pub fn event_count(&self) -> u64 {
         self.turns.len() as u64
     }

@@ -286,6 +286,8 @@ pub fn event_message_id(event: &JsonMap) -> Option<&str> {
 pub struct MessageIds {
     /// In seq order.
     ids: Vec<(u64, Box<str>)>,
+    /// Bytes of the ids' text, for the cache budget.
+    text_bytes: usize,
 }
 
 impl MessageIds {
@@ -295,7 +297,18 @@ impl MessageIds {
             && self.ids.last().is_none_or(|(last, _)| *last < seq)
         {
             self.ids.push((seq, id.into()));
+            self.text_bytes += id.len();
         }
+    }
+
+    /// Approximate memory held, for the cache budget.
+    pub fn memory(&self) -> usize {
+        self.ids.capacity() * std::mem::size_of::<(u64, Box<str>)>() + self.text_bytes
+    }
+
+    /// Returns the spare room of a first scan's growing buffer.
+    pub fn shrink(&mut self) {
+        self.ids.shrink_to_fit();
     }
 
     pub fn get(&self, seq: u64) -> Option<&str> {

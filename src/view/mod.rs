@@ -162,7 +162,7 @@ impl SessionView {
             State::Indexed(i) => {
                 let transcript = i.transcript.shared();
                 i.events.capacity() * std::mem::size_of::<EventMeta>()
-                    + i.fold.turns().len()
+                    + i.fold.memory()
                     + transcript.capacity()
                     + i.cache
                         .iter()
@@ -460,6 +460,7 @@ impl Indexed {
     /// session costs what it holds.
     fn shrink(&mut self) {
         self.events.shrink_to_fit();
+        self.fold.shrink();
         self.transcript.shrink();
     }
 
