@@ -288,4 +288,46 @@ mod tests {
         let retired = event(r#"{"type":"mode/set","seq":2,"time":1,"data":{}}"#);
         assert!(matches!(fold.observe(&retired), Err(Refusal::Corrupt(_))));
     }
+
+    #[test]
+    fn legacy_events_are_read_converted_and_malformed_ones_refused() {
+        let mut fold = SessionFold::new(&header("a", 0), "a").unwrap();
+        let mut start = Scanned::Event(event(
+            r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1,"trigger":{"kind":"message"}}}"#,
+        ));
+        let folded = fold.observe_scanned(&mut start).unwrap();
+        assert!(folded.converted);
+        let Scanned::Event(start) = start else {
+            panic!("an event stays an event")
+        };
+        assert_eq!(start["data"], serde_json::json!({"turn": 1}));
+        // Read back later, a stored legacy event converts the same way.
+        let stored = event(
+            r#"{"type":"user/message","seq":1,"time":1,"data":{"content":[],"source":{"kind":"user"}},"surfaceOp":"append"}"#,
+        );
+        fold.observe(&stored).unwrap();
+        assert_eq!(
+            fold.read_back(stored).unwrap()["data"]["id"],
+            "legacy-message:a:1"
+        );
+        let steering = event(
+            r#"{"type":"steering/message","seq":2,"time":1,"data":{"message":{}},"surfaceOp":"append"}"#,
+        );
+        assert_eq!(
+            fold.observe(&steering),
+            Err(Refusal::Corrupt(
+                "stored session \"a\" failed validation: Error: session \"a\" contains malformed pre-react-loop steering/message at seq 2".into()
+            ))
+        );
+        // Old compaction types are not converted: an unknown type, as in the Harness.
+        let compact = event(r#"{"type":"compact/start","seq":2,"time":1,"data":{}}"#);
+        assert_eq!(
+            fold.observe(&compact),
+            Err(Refusal::Unsupported(unknown_type_refusal(
+                "a",
+                "compact/start",
+                2
+            )))
+        );
+    }
 }
