@@ -523,7 +523,8 @@ fn everyday_tools_agree_with_stat() {
             .any(|l| l.ends_with("pipeline-compaction/transcript.md")),
         "{hits}"
     );
-    // Modes: generated files read-only, directories 0555.
+    // Modes: the read bits of the stored 0600 log, so generated files are
+    // 0400 and directories 0500.
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
         std::fs::metadata(session.join("surface.jsonl"))
@@ -531,7 +532,7 @@ fn everyday_tools_agree_with_stat() {
             .permissions()
             .mode()
             & 0o777,
-        0o444
+        0o400
     );
     assert_eq!(
         std::fs::metadata(&session)
@@ -539,7 +540,7 @@ fn everyday_tools_agree_with_stat() {
             .permissions()
             .mode()
             & 0o777,
-        0o555
+        0o500
     );
     let err = std::fs::write(session.join("surface.jsonl"), b"x")
         .expect_err("generated files are read-only");

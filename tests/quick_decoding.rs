@@ -196,7 +196,7 @@ fn fold() -> SessionFold {
 /// The fold's state and result after folding `events` one way or the other.
 fn folded(events: impl Iterator<Item = Scanned>) -> String {
     let mut fold = fold();
-    let results: Vec<_> = events.map(|e| fold.observe_scanned(&e)).collect();
+    let results: Vec<_> = events.map(|mut e| fold.observe_scanned(&mut e)).collect();
     format!("{results:?} {fold:?}")
 }
 
@@ -297,5 +297,43 @@ fn the_fold_reports_a_seq_gap_the_same_way() {
     assert!(
         quick.contains("expected seq 0 (rule 1, contiguity)"),
         "{quick}"
+    );
+}
+
+/// The Harness's legacy logs (spec §15): their chunks and packed rows are read
+/// quickly and fold as fully decoded ones do, while the events a legacy rule
+/// converts are never read quickly, so they always reach the conversion.
+#[test]
+fn legacy_logs_reach_the_conversions_through_the_full_decoder() {
+    let root = common::fixtures().join("legacy/stores/jsonl");
+    let (mut quick_records, mut convertible) = (0, 0);
+    for project in std::fs::read_dir(root).expect("legacy store") {
+        for session in std::fs::read_dir(project.expect("project").path()).expect("sessions") {
+            let log =
+                std::fs::read(session.expect("session").path().join("session.jsonl")).expect("log");
+            for line in log.split(|b| *b == b'\n').skip(1).filter(|l| !l.is_empty()) {
+                let quick = check_record(line, JSONL_ROW_LIMITS, false);
+                quick_records += quick as usize;
+                let record: Value = serde_json::from_slice(line).expect("record");
+                if matches!(
+                    record["type"].as_str(),
+                    Some(
+                        "turn/start"
+                            | "turn/end"
+                            | "steering/message"
+                            | "user/message"
+                            | "assistant/message"
+                            | "tool/result"
+                    )
+                ) {
+                    assert!(!quick, "a convertible event was read quickly");
+                    convertible += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        quick_records > 100 && convertible > 100,
+        "{quick_records} {convertible}"
     );
 }

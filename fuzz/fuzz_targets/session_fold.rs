@@ -5,7 +5,8 @@
 //! packed chunk row that expands is expanded first, as the stores do).
 //!
 //! Checks: nothing panics; a parsed header prints (`to_jsonl_line`) and parses
-//! back to itself; `SessionFold::observe` and a bare `SurfaceFold` agree on the
+//! back to itself; `SessionFold::observe_scanned` and a bare `SurfaceFold` fed
+//! the events as the fold read them (legacy shapes converted) agree on the
 //! surface of a log the fold accepts; the crash-repair closers of an accepted
 //! log are themselves accepted and leave nothing open; the session, served from
 //! a `MemoryStore`, loads and renders every file when it is readable.
@@ -17,6 +18,7 @@ use sessionfs::json::JsonMap;
 use sessionfs::model::chunk_rows::{JSONL_ROW_LIMITS, RowKind, expand_jsonl_row};
 use sessionfs::model::fold::SessionFold;
 use sessionfs::model::header::SessionHeader;
+use sessionfs::model::quick::Scanned;
 use sessionfs::model::surface::SurfaceFold;
 use sessionfs::store::Backend;
 use sessionfs::store::memory::MemoryStore;
@@ -82,14 +84,18 @@ fuzz_target!(|data: &[u8]| {
         let mut surface = SurfaceFold::default();
         let mut accepted = true;
         for event in &events {
-            if let Err(refusal) = fold.observe(event) {
+            // The fold reads a legacy shape converted; the bare surface gets what it read.
+            let mut read = Scanned::Event(event.clone());
+            if let Err(refusal) = fold.observe_scanned(&mut read) {
                 assert!(!refusal.message().is_empty());
                 accepted = false;
                 break;
             }
-            surface
-                .apply(event)
-                .expect("the surface refused an event the session fold accepted");
+            if let Scanned::Event(read) = &read {
+                surface
+                    .apply(read)
+                    .expect("the surface refused an event the session fold accepted");
+            }
         }
         if accepted {
             assert_eq!(fold.surface().nodes(), surface.nodes());

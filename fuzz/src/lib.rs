@@ -97,14 +97,25 @@ pub type Scanned = (
     Vec<(EventLoc, JsonMap)>,
 );
 
-/// Scans from `from`, collecting what the sink was handed.
+/// Scans from `from`, collecting what the sink was handed; chunks read quickly
+/// are fetched, to compare whole events.
 pub fn scan_from(store: &dyn Backend, key: &SessionKey, from: &ScanPoint) -> Scanned {
-    let mut events = Vec::new();
-    let mut sink = |loc: EventLoc, event: JsonMap| -> Result<(), Refusal> {
-        events.push((loc, event));
+    let mut scanned = Vec::new();
+    let mut sink = |loc: EventLoc, event: sessionfs::model::quick::Scanned| {
+        scanned.push((loc, event));
         Ok(())
     };
     let result = store.scan(key, from, &mut sink);
+    let events = scanned
+        .into_iter()
+        .map(|(loc, event)| match event {
+            sessionfs::model::quick::Scanned::Event(event) => (loc, event),
+            sessionfs::model::quick::Scanned::Chunk { .. } => match store.fetch(key, loc) {
+                Ok(event) => (loc, event),
+                Err(refusal) => panic!("fetch({loc:?}) of a scanned chunk fails: {refusal}"),
+            },
+        })
+        .collect();
     (result, events)
 }
 
@@ -157,7 +168,7 @@ pub fn check_scans(store: &dyn Backend, key: &SessionKey) {
 /// Anything else a closer is refused for is a new finding.
 pub fn known_closer_refusal(refusal: &Refusal) {
     let message = refusal.message();
-    let f1 = message.contains("malformed pre-react-loop turn/end: turn is not a safe integer >= 1")
+    let f1 = message.contains("contains malformed pre-react-loop turn/end at seq")
         || message.contains("tool/result message source is not a tool source with a callId");
     assert!(f1, "a crash-repair closer is refused: {message}");
 }

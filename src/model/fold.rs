@@ -8,15 +8,24 @@ use crate::json::JsonMap;
 use crate::model::Refusal;
 use crate::model::fork::TurnBoundaries;
 use crate::model::header::{SessionHeader, canonical_request_header};
+use crate::model::legacy::{MessageIds, convert_event};
 use crate::model::quick::Scanned;
 use crate::model::repair::RepairScan;
 use crate::model::surface::{SurfaceEffect, SurfaceFold};
 use crate::model::validate::{
-    check_envelope, check_message_shape, check_request_header, check_retired, check_turn_end,
-    is_ignorable, is_known_type, is_surface_type, unknown_type_refusal,
+    check_envelope, check_message_shape, check_request_header, check_retired, is_ignorable,
+    is_known_type, is_surface_type, unknown_type_refusal,
 };
 
 pub const CHUNK_TYPE: &str = "assistant/chunk";
+
+/// What folding one stored event did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Folded {
+    pub effect: SurfaceEffect,
+    /// The stored event was in a legacy shape and is read converted (spec §15).
+    pub converted: bool,
+}
 
 /// The running fold of one session's stored events.
 #[derive(Clone, Debug)]
@@ -29,6 +38,8 @@ pub struct SessionFold {
     request_context: Option<Value>,
     title: Option<Value>,
     last_time: Option<i64>,
+    /// Message ids by seq, which legacy replacements inherit.
+    message_ids: MessageIds,
 }
 
 impl SessionFold {
@@ -58,27 +69,87 @@ impl SessionFold {
             request_context: None,
             title: None,
             last_time: None,
+            message_ids: MessageIds::default(),
         })
     }
 
-    /// Checks and folds the next stored event.
+    /// Checks and folds the next stored event, read as the Harness reads it
+    /// (legacy shapes converted).
     pub fn observe(&mut self, event: &JsonMap) -> Result<SurfaceEffect, Refusal> {
-        let corrupt = |why: String| {
-            Refusal::Corrupt(format!(
-                "stored session \"{}\" failed validation: {why}",
-                self.session_id
-            ))
-        };
-        let seq = check_envelope(event)
-            .map_err(|why| corrupt(format!("{why} (event #{})", self.turns.len())))?;
+        self.admit(event).map(|(_, effect)| effect)
+    }
+
+    /// Checks and folds the next stored event as a backend scanned it. A legacy
+    /// event is replaced by its conversion, which is what every view shows.
+    pub fn observe_scanned(&mut self, event: &mut Scanned) -> Result<Folded, Refusal> {
+        match event {
+            Scanned::Event(stored) => {
+                let (converted, effect) = self.admit(stored)?;
+                let is_converted = converted.is_some();
+                if let Some(converted) = converted {
+                    *stored = converted;
+                }
+                Ok(Folded {
+                    effect,
+                    converted: is_converted,
+                })
+            }
+            Scanned::Chunk { seq, time } => {
+                // A quick-read chunk has a valid envelope and no surface markers,
+                // and no legacy rule applies to chunks, so of every check only
+                // contiguity remains.
+                self.surface
+                    .advance(*seq)
+                    .map_err(|why| self.corrupt(why))?;
+                self.repair.observe_chunk(*seq, *time);
+                self.turns.observe(CHUNK_TYPE);
+                self.last_time = Some(*time);
+                Ok(Folded {
+                    effect: SurfaceEffect::None,
+                    converted: false,
+                })
+            }
+        }
+    }
+
+    /// A stored event read again after this fold saw it (an event file, a
+    /// view, a fork seed): converted as it was when scanned.
+    pub fn read_back(&self, event: JsonMap) -> Result<JsonMap, Refusal> {
+        let seq = check_envelope(&event).map_err(|why| self.corrupt(why))?;
+        match convert_event(&self.session_id, &self.message_ids, seq, &event) {
+            Ok(converted) => Ok(converted.unwrap_or(event)),
+            Err(sentence) => Err(self.malformed(sentence)),
+        }
+    }
+
+    fn corrupt(&self, why: String) -> Refusal {
+        Refusal::Corrupt(format!(
+            "stored session \"{}\" failed validation: {why}",
+            self.session_id
+        ))
+    }
+
+    /// A malformed legacy shape, worded as the Harness's `inspect` and `load` do.
+    fn malformed(&self, sentence: String) -> Refusal {
+        self.corrupt(format!("Error: {sentence}"))
+    }
+
+    /// Converts a legacy shape, then checks and folds the event; returns the
+    /// conversion, if any.
+    fn admit(&mut self, stored: &JsonMap) -> Result<(Option<JsonMap>, SurfaceEffect), Refusal> {
+        let seq = check_envelope(stored)
+            .map_err(|why| self.corrupt(format!("{why} (event #{})", self.turns.len())))?;
+        let converted = convert_event(&self.session_id, &self.message_ids, seq, stored)
+            .map_err(|sentence| self.malformed(sentence))?;
+        let event = converted.as_ref().unwrap_or(stored);
         let event_type = event["type"].as_str().unwrap_or_default();
         let data = &event["data"];
+        let at_seq = |why: String| format!("{why} (seq {seq})");
         if is_surface_type(event_type) {
-            check_message_shape(event_type, data)
-                .map_err(|why| corrupt(format!("{why} (seq {seq})")))?;
+            check_message_shape(event_type, data).map_err(|why| self.corrupt(at_seq(why)))?;
         }
         // Retired shapes are rejected by the legacy step, before the vocabulary check.
-        check_retired(event_type, data).map_err(|why| corrupt(format!("{why} (seq {seq})")))?;
+        check_retired(event_type, data).map_err(|why| self.corrupt(at_seq(why)))?;
         if !is_known_type(event_type) && !is_ignorable(event) {
             return Err(Refusal::Unsupported(unknown_type_refusal(
                 &self.session_id,
@@ -87,43 +158,30 @@ impl SessionFold {
             )));
         }
         match event_type {
-            "turn/end" => {
-                check_turn_end(data).map_err(|why| corrupt(format!("{why} (seq {seq})")))?
-            }
             "request/header" => {
-                check_request_header(data).map_err(|why| corrupt(format!("{why} (seq {seq})")))?;
+                check_request_header(data).map_err(|why| self.corrupt(at_seq(why)))?;
                 self.request_header = Some(canonical_request_header(&data["header"]));
             }
             "request/context" => self.request_context = Some(data.clone()),
             "session/title" => self.title = Some(title_fold(event)),
             _ => {}
         }
-        let effect = self.surface.apply(event).map_err(corrupt)?;
+        let effect = self.surface.apply(event).map_err(|why| self.corrupt(why))?;
         self.repair.observe(event);
         self.turns.observe(event_type);
         self.last_time = crate::json::safe_integer(&event["time"]);
-        Ok(effect)
+        self.message_ids.record(seq, event);
+        Ok((converted, effect))
     }
 
-    /// Checks and folds the next stored event as a backend scanned it.
-    pub fn observe_scanned(&mut self, event: &Scanned) -> Result<SurfaceEffect, Refusal> {
-        match event {
-            Scanned::Event(event) => self.observe(event),
-            Scanned::Chunk { seq, time } => {
-                // A quick-read chunk has a valid envelope and no surface markers,
-                // so of every check only contiguity remains.
-                self.surface.advance(*seq).map_err(|why| {
-                    Refusal::Corrupt(format!(
-                        "stored session \"{}\" failed validation: {why}",
-                        self.session_id
-                    ))
-                })?;
-                self.repair.observe_chunk(*seq, *time);
-                self.turns.observe(CHUNK_TYPE);
-                self.last_time = Some(*time);
-                Ok(SurfaceEffect::None)
-            }
-        }
+    /// Approximate memory held beyond the fold's fixed size, for the cache budget.
+    pub fn memory(&self) -> usize {
+        self.turns.len() + self.message_ids.memory()
+    }
+
+    /// Returns the spare room of a first scan's growing buffers.
+    pub fn shrink(&mut self) {
+        self.message_ids.shrink();
     }
 
     pub fn event_count(&self) -> u64 {
@@ -229,5 +287,47 @@ mod tests {
         assert_eq!(fold.title().unwrap()["eventSeq"], 1);
         let retired = event(r#"{"type":"mode/set","seq":2,"time":1,"data":{}}"#);
         assert!(matches!(fold.observe(&retired), Err(Refusal::Corrupt(_))));
+    }
+
+    #[test]
+    fn legacy_events_are_read_converted_and_malformed_ones_refused() {
+        let mut fold = SessionFold::new(&header("a", 0), "a").unwrap();
+        let mut start = Scanned::Event(event(
+            r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1,"trigger":{"kind":"message"}}}"#,
+        ));
+        let folded = fold.observe_scanned(&mut start).unwrap();
+        assert!(folded.converted);
+        let Scanned::Event(start) = start else {
+            panic!("an event stays an event")
+        };
+        assert_eq!(start["data"], serde_json::json!({"turn": 1}));
+        // Read back later, a stored legacy event converts the same way.
+        let stored = event(
+            r#"{"type":"user/message","seq":1,"time":1,"data":{"content":[],"source":{"kind":"user"}},"surfaceOp":"append"}"#,
+        );
+        fold.observe(&stored).unwrap();
+        assert_eq!(
+            fold.read_back(stored).unwrap()["data"]["id"],
+            "legacy-message:a:1"
+        );
+        let steering = event(
+            r#"{"type":"steering/message","seq":2,"time":1,"data":{"message":{}},"surfaceOp":"append"}"#,
+        );
+        assert_eq!(
+            fold.observe(&steering),
+            Err(Refusal::Corrupt(
+                "stored session \"a\" failed validation: Error: session \"a\" contains malformed pre-react-loop steering/message at seq 2".into()
+            ))
+        );
+        // Old compaction types are not converted: an unknown type, as in the Harness.
+        let compact = event(r#"{"type":"compact/start","seq":2,"time":1,"data":{}}"#);
+        assert_eq!(
+            fold.observe(&compact),
+            Err(Refusal::Unsupported(unknown_type_refusal(
+                "a",
+                "compact/start",
+                2
+            )))
+        );
     }
 }

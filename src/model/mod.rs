@@ -6,6 +6,7 @@ pub mod fold;
 pub mod fork;
 pub mod header;
 pub mod ids;
+pub mod legacy;
 pub mod quick;
 pub mod repair;
 pub mod surface;

@@ -1,6 +1,7 @@
 //! Per-event checks the Harness makes when it builds a session from a stored log:
-//! the envelope (spec §2.1), retired shapes (§2.6), the type vocabulary (§2.5),
-//! `turn/end` (§3.1) and message and request-header shapes (§3.12).
+//! the envelope (spec §2.1), retired shapes (§2.6), the type vocabulary (§2.5)
+//! and message and request-header shapes (§3.12). The `turn/end` rules are part
+//! of the legacy conversions (`legacy.rs`, spec §15.1).
 
 use serde_json::Value;
 
@@ -128,34 +129,6 @@ pub fn check_retired(event_type: &str, data: &Value) -> Result<(), String> {
         }
         _ => Ok(()),
     }
-}
-
-/// The `turn/end` rules applied on load (spec §3.1).
-pub fn check_turn_end(data: &Value) -> Result<(), String> {
-    let malformed = |why: &str| Err(format!("malformed pre-react-loop turn/end: {why}"));
-    let Some(data) = data.as_object() else {
-        return malformed("data is not an object");
-    };
-    if data.keys().any(|k| k != "turn" && k != "reason") {
-        return malformed("data may contain only turn and reason");
-    }
-    if data
-        .get("turn")
-        .and_then(safe_integer)
-        .is_none_or(|t| t < 1)
-    {
-        return malformed("turn is not a safe integer >= 1");
-    }
-    let Some(reason) = data.get("reason").and_then(Value::as_object) else {
-        return malformed("reason is not an object");
-    };
-    let Some(kind) = str_field(reason, "kind") else {
-        return malformed("reason.kind is not a string");
-    };
-    if matches!(kind, "completed" | "blocked" | "max-tokens" | "interrupted") && reason.len() != 1 {
-        return malformed("this reason kind carries no other keys");
-    }
-    Ok(())
 }
 
 fn non_empty_str(map: &JsonMap, key: &str) -> bool {
@@ -290,20 +263,6 @@ mod tests {
         ] {
             assert!(check_envelope(&map(bad.clone())).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn turn_end_rules() {
-        assert!(check_turn_end(&json!({"turn": 1, "reason": {"kind": "completed"}})).is_ok());
-        assert!(check_turn_end(&json!({"turn": 1, "reason": {"kind": "future", "x": 1}})).is_ok());
-        assert!(
-            check_turn_end(&json!({"turn": 1, "step": 1, "reason": {"kind": "completed"}}))
-                .is_err()
-        );
-        assert!(check_turn_end(&json!({"turn": 0, "reason": {"kind": "completed"}})).is_err());
-        assert!(
-            check_turn_end(&json!({"turn": 1, "reason": {"kind": "completed", "x": 1}})).is_err()
-        );
     }
 
     #[test]

@@ -65,13 +65,15 @@ pub enum Standing {
 }
 
 /// One `index.jsonl` line: seq, type, time, standing, and for replacements the
-/// seqs they cite; synthetic crash closers say so.
+/// seqs they cite; events stored in a legacy shape and synthetic crash closers
+/// say so.
 pub fn index_line(
     seq: u64,
     event_type: &str,
     time: &Value,
     standing: Standing,
     cites: Option<&Value>,
+    converted: bool,
     synthetic: bool,
 ) -> Vec<u8> {
     let mut map = Map::new();
@@ -89,6 +91,9 @@ pub fn index_line(
     }
     if let Some(cites) = cites {
         map.insert("cites".into(), cites.clone());
+    }
+    if converted {
+        map.insert("converted".into(), true.into());
     }
     if synthetic {
         map.insert("synthetic".into(), true.into());

@@ -63,6 +63,8 @@ struct EventMeta {
     loc: EventLoc,
     time: i64,
     type_id: u32,
+    /// Stored in a legacy shape, shown converted (spec §15).
+    converted: bool,
 }
 
 /// Why a session is shown without its derived views.
@@ -191,7 +193,7 @@ impl SessionView {
             State::Indexed(i) => {
                 let transcript = i.transcript.shared();
                 i.events.capacity() * std::mem::size_of::<EventMeta>()
-                    + i.fold.turns().len()
+                    + i.fold.memory()
                     + transcript.capacity()
                     + i.cache
                         .iter()
@@ -317,8 +319,9 @@ impl SessionView {
         if !self.quiet() || (indexed.torn.is_none() && indexed.closers.is_empty()) {
             return None;
         }
+        // Recovered events are written back as stored: the store is never converted.
         let recovered = (indexed.point.events..indexed.stored_count())
-            .map(|seq| indexed.event(backend, &self.key, seq))
+            .map(|seq| indexed.stored_event(backend, &self.key, seq))
             .collect::<Result<Vec<_>, _>>()
             .ok()?;
         // Write only what this reader accepts back: closers copy fields of the
@@ -492,11 +495,11 @@ impl Indexed {
             id as u32
         };
         let mut chunk_type = None;
-        let mut sink = |loc: EventLoc, scanned: Scanned| -> Result<(), Refusal> {
-            let effect = fold.observe_scanned(&scanned)?;
+        let mut sink = |loc: EventLoc, mut scanned: Scanned| -> Result<(), Refusal> {
+            let folded = fold.observe_scanned(&mut scanned)?;
             let meta = match &scanned {
                 Scanned::Event(event) => {
-                    transcript.event(event, &effect, false);
+                    transcript.event(event, &folded.effect, false);
                     let event_type = event
                         .get("type")
                         .and_then(Value::as_str)
@@ -505,6 +508,7 @@ impl Indexed {
                         loc,
                         time: event.get("time").and_then(safe_integer).unwrap_or_default(),
                         type_id: type_id(event_type),
+                        converted: folded.converted,
                     }
                 }
                 // Chunks show in no view but events/.
@@ -512,6 +516,7 @@ impl Indexed {
                     loc,
                     time: *time,
                     type_id: *chunk_type.get_or_insert_with(|| type_id(CHUNK_TYPE)),
+                    converted: false,
                 },
             };
             events.push(meta);
@@ -531,6 +536,7 @@ impl Indexed {
     /// session costs what it holds.
     fn shrink(&mut self) {
         self.events.shrink_to_fit();
+        self.fold.shrink();
         self.transcript.shrink();
     }
 
@@ -570,6 +576,11 @@ impl Indexed {
             .and_then(Value::as_str)
     }
 
+    /// True when stored event `i` was in a legacy shape and is shown converted.
+    pub fn is_converted(&self, i: u64) -> bool {
+        self.events.get(i as usize).is_some_and(|m| m.converted)
+    }
+
     pub fn is_synthetic(&self, i: u64) -> bool {
         i >= self.events.len() as u64
     }
@@ -588,17 +599,37 @@ impl Indexed {
         }
     }
 
-    /// Event `i` itself (fetched from the store, or a synthetic closer).
+    /// Stored event `i` as it is in the store, legacy shapes unconverted.
+    fn stored_event(
+        &self,
+        backend: &dyn Backend,
+        key: &SessionKey,
+        i: u64,
+    ) -> Result<JsonMap, Refusal> {
+        let meta = self
+            .events
+            .get(i as usize)
+            .ok_or_else(|| Refusal::Corrupt(format!("no stored event {i}")))?;
+        backend.fetch(key, meta.loc)
+    }
+
+    /// Event `i` as the Harness reads it (fetched from the store and converted
+    /// when stored in a legacy shape, or a synthetic closer).
     pub fn event(
         &self,
         backend: &dyn Backend,
         key: &SessionKey,
         i: u64,
     ) -> Result<JsonMap, Refusal> {
-        let stored = self.events.len() as u64;
-        if i < stored {
-            return backend.fetch(key, self.events[i as usize].loc);
+        if let Some(meta) = self.events.get(i as usize) {
+            let stored = backend.fetch(key, meta.loc)?;
+            return if meta.converted {
+                self.fold.read_back(stored)
+            } else {
+                Ok(stored)
+            };
         }
+        let stored = self.events.len() as u64;
         self.closers
             .get((i - stored) as usize)
             .cloned()
@@ -726,6 +757,7 @@ impl Indexed {
                 &time,
                 standing,
                 cites.as_ref(),
+                self.is_converted(i),
                 self.is_synthetic(i),
             ));
         }
