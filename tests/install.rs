@@ -247,8 +247,9 @@ fn the_systemd_units_exec_start_mounts_and_sigterm_unmounts_cleanly() {
     }
 }
 
-/// A directory the unprivileged user owns, holding a copy of the demo store, a
-/// mount point, the binary and a device node for /dev/fuse.
+/// A directory the unprivileged user owns, holding a home with the demo store at
+/// `~/.dsh/sessions` and the mount point `~/sessions`, the binary and a device node
+/// for /dev/fuse.
 struct UserSetup {
     dir: TempDir,
     uid: u32,
@@ -262,9 +263,9 @@ impl UserSetup {
             .expect("chmod");
         copy_tree(
             &manifest_dir().join("examples/demo-store"),
-            &dir.path().join("store"),
+            &dir.path().join("home/.dsh/sessions"),
         );
-        std::fs::create_dir(dir.path().join("mnt")).expect("mkdir");
+        std::fs::create_dir(dir.path().join("home/sessions")).expect("mkdir");
         std::fs::copy(binary(), dir.path().join("sessionfs")).expect("copy binary");
         let chown = Command::new("chown")
             .args(["-R", &format!("{uid}:{gid}")])
@@ -277,6 +278,18 @@ impl UserSetup {
 
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
+    }
+
+    fn home(&self) -> PathBuf {
+        self.path("home")
+    }
+
+    fn store(&self) -> PathBuf {
+        self.path("home/.dsh/sessions")
+    }
+
+    fn mountpoint(&self) -> PathBuf {
+        self.path("home/sessions")
     }
 
     /// A /dev/fuse node (character device 10:229) owned by `owner` with `mode`.
@@ -328,8 +341,8 @@ fn a_user_mounts_forks_flushes_and_unmounts_through_fusermount3() {
         }
     };
     let (mnt, store, bin) = (
-        quote(&setup.path("mnt")),
-        quote(&setup.path("store")),
+        quote(&setup.mountpoint()),
+        quote(&setup.store()),
         quote(&setup.path("sessionfs")),
     );
     let user_steps = format!(
@@ -342,7 +355,7 @@ fn a_user_mounts_forks_flushes_and_unmounts_through_fusermount3() {
          ls {store}/--Users-mei-code-ledger-api--
          fusermount3 -u {mnt}
          grep -q ' {mnt_raw} ' /proc/self/mountinfo || echo unmounted",
-        mnt_raw = setup.path("mnt").display(),
+        mnt_raw = setup.mountpoint().display(),
     );
     let output = namespace::run(&format!(
         "trap 'umount -l {mnt} 2>/dev/null || true' EXIT
@@ -400,8 +413,8 @@ fn a_device_the_user_cannot_open_is_named_with_its_mode_and_the_user() {
         steps = setup.as_user(&format!(
             "{} {} {}",
             quote(&setup.path("sessionfs")),
-            quote(&setup.path("store")),
-            quote(&setup.path("mnt"))
+            quote(&setup.store()),
+            quote(&setup.mountpoint())
         )),
     ));
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -415,4 +428,69 @@ fn a_device_the_user_cannot_open_is_named_with_its_mode_and_the_user() {
         assert!(stderr.contains(expected), "{expected:?} in {stderr}");
     }
     assert!(!stderr.contains("module"), "{stderr}");
+}
+
+#[test]
+fn a_user_mounts_and_unmounts_the_documented_fstab_line() {
+    if let Some(why) = namespace::unavailable(&["mount.fuse3", "fusermount3"]) {
+        println!("skipped: {why}");
+        return;
+    }
+    let Some((uid, gid)) = namespace::nobody() else {
+        println!("skipped: there is no user `nobody` to mount as");
+        return;
+    };
+    let readme = std::fs::read_to_string(manifest_dir().join("README.md")).expect("README");
+    let line = fstab_line(&readme, "README.md");
+    let setup = UserSetup::new("user-fstab", uid, gid);
+    let node = match setup.device(uid, 0o600) {
+        Ok(node) => node,
+        Err(why) => {
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    let fstab = setup.path("fstab");
+    let entry = line.replace("/home/USER", &setup.home().display().to_string());
+    std::fs::write(&fstab, format!("{entry}\n")).expect("fstab");
+    let mnt = quote(&setup.mountpoint());
+    let user_steps = format!(
+        "if ! : <> /dev/fuse; then echo cannot-open-dev-fuse; exit 0; fi
+         mount {mnt}
+         grep ' {mnt_raw} ' /proc/self/mountinfo
+         ls {mnt}
+         umount {mnt}
+         grep -q ' {mnt_raw} ' /proc/self/mountinfo || echo unmounted",
+        mnt_raw = setup.mountpoint().display(),
+    );
+    // This namespace's /etc/fstab is the test's; `mount` (set-user-ID root) reads it.
+    let output = namespace::run(&format!(
+        "trap 'umount -l {mnt} 2>/dev/null || true' EXIT
+         mount --bind {node} /dev/fuse
+         mount --bind {bin} /usr/local/bin
+         mount --bind {fstab} /etc/fstab
+         {steps}",
+        node = quote(&node),
+        bin = quote(binary().parent().expect("bin dir")),
+        fstab = quote(&fstab),
+        steps = setup.as_user(&user_steps),
+    ));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if stdout.contains("cannot-open-dev-fuse") {
+        println!(
+            "skipped: uid {uid} cannot open a FUSE device node it owns here (a device cgroup?)"
+        );
+        return;
+    }
+    assert!(output.status.success(), "{}", describe(&output));
+    let mount_line = stdout
+        .lines()
+        .find(|l| l.contains(" - fuse.sessionfs "))
+        .unwrap_or_else(|| panic!("no fuse.sessionfs mount: {}", describe(&output)));
+    assert!(
+        mount_line.contains(&format!("user_id={uid}")),
+        "{mount_line}"
+    );
+    assert!(stdout.lines().any(|l| l == "ledger-chat"), "{stdout}");
+    assert!(stdout.contains("unmounted"), "{stdout}");
 }
