@@ -157,3 +157,18 @@ fn a_relative_store_is_shown_by_its_absolute_path() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn a_store_path_with_a_comma_and_a_space_is_shown_as_it_is() {
+    let dir = TempDir::new("table-comma");
+    let store = dir.path().join("a,b store");
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-store"),
+        &store,
+    );
+    let mount = Mount::new(&store, &[]);
+    assert_eq!(
+        mount_entry(mount.path()),
+        Some(("fuse.sessionfs".into(), store.display().to_string()))
+    );
+}
