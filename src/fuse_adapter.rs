@@ -162,16 +162,16 @@ impl Filesystem for FuseAdapter {
     ) {
         let result = guarded("setattr", || {
             // Truncating a control file to 0 (`echo N > fork` without atomic O_TRUNC, or
-            // truncate(2)) is allowed; the kernel sends the new mtime and ctime with it.
+            // truncate(2)) is allowed, with the mtime and ctime the kernel may send along.
             let truncating = size == Some(0);
             let changes_times = atime.is_some()
                 || crtime.is_some()
                 || chgtime.is_some()
                 || bkuptime.is_some()
                 || (!truncating && (mtime.is_some() || ctime.is_some()));
-            let changes_owner_or_mode =
+            let changes_mode_or_owner =
                 mode.is_some() || uid.is_some() || gid.is_some() || flags.is_some();
-            if changes_times || changes_owner_or_mode || size.is_some_and(|s| s != 0) {
+            if changes_times || changes_mode_or_owner || size.is_some_and(|s| s != 0) {
                 return Err(Error::ReadOnly(
                     "sessionfs files' times, modes, owners and sizes cannot be changed".into(),
                 ));

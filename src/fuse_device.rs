@@ -6,7 +6,7 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
-pub const PATH: &str = "/dev/fuse";
+const PATH: &str = "/dev/fuse";
 
 /// Opens `/dev/fuse` for reading and writing, as fuser will, and explains a failure.
 pub fn check() -> Result<(), String> {
@@ -77,7 +77,6 @@ fn mode_string(meta: &std::fs::Metadata) -> String {
         t if t.is_char_device() => 'c',
         t if t.is_block_device() => 'b',
         t if t.is_dir() => 'd',
-        t if t.is_symlink() => 'l',
         _ => '-',
     };
     let mode = meta.mode();
@@ -92,8 +91,8 @@ fn mode_string(meta: &std::fs::Metadata) -> String {
 }
 
 fn user_name(uid: u32) -> String {
-    // SAFETY: getpwuid returns a pointer to static storage or null; the name is
-    // copied before any other call can overwrite it.
+    // SAFETY: getpwuid returns a pointer to static storage or null; sessionfs calls
+    // it before starting any thread, and copies the name before the next call.
     unsafe {
         let entry = libc::getpwuid(uid);
         if entry.is_null() {
