@@ -246,6 +246,25 @@ mod tests {
     }
 
     #[test]
+    fn accepts_what_mount_fuse3_passes_and_ignores_fstab_only_options() {
+        // mount.fuse3 runs `sessionfs STORE MOUNTPOINT -o OPTIONS`.
+        let Ok(Command::Mount(options)) = parse(&args(&[
+            "/s",
+            "/m",
+            "-o",
+            "ro,dev,suid,noauto,user,user=ana,users,nofail,_netdev,comment=x,x-systemd.automount",
+        ])) else {
+            panic!("expected a mount");
+        };
+        assert_eq!(
+            (options.store.to_str(), options.mountpoint.to_str()),
+            (Some("/s"), Some("/m"))
+        );
+        assert!(options.read_only);
+        assert_eq!(options.kernel_flags, ["dev", "suid"]);
+    }
+
+    #[test]
     fn rejects_bad_command_lines() {
         for bad in [
             &["/s"][..],

@@ -5,6 +5,7 @@
 
 use std::ffi::OsStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,11 +23,14 @@ pub struct FuseAdapter {
     fs: Arc<SessionFs>,
     /// How long the kernel may cache attributes and entries.
     ttl: Duration,
+    /// The store, whose file system's free space `statfs` reports: forks are written
+    /// there, and `df` lists a file system only when it has blocks.
+    store: PathBuf,
 }
 
 impl FuseAdapter {
-    pub fn new(fs: Arc<SessionFs>, ttl: Duration) -> FuseAdapter {
-        FuseAdapter { fs, ttl }
+    pub fn new(fs: Arc<SessionFs>, ttl: Duration, store: PathBuf) -> FuseAdapter {
+        FuseAdapter { fs, ttl, store }
     }
 
     /// How long the kernel may cache a node's attributes.
@@ -101,6 +105,16 @@ fn guarded<T>(op: &str, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Errno
     }
 }
 
+/// The space of the file system holding the store, or `None` when it cannot be read.
+fn store_space(store: &Path) -> Option<libc::statvfs> {
+    let path = std::ffi::CString::new(store.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: a valid NUL-terminated path and a zeroed struct for statvfs to fill.
+    unsafe {
+        let mut space: libc::statvfs = std::mem::zeroed();
+        (libc::statvfs(path.as_ptr(), &mut space) == 0).then_some(space)
+    }
+}
+
 fn name_str(name: &OsStr) -> Result<&str, Error> {
     name.to_str()
         .ok_or_else(|| Error::NotFound("names in this filesystem are UTF-8".into()))
@@ -151,19 +165,31 @@ impl Filesystem for FuseAdapter {
         uid: Option<u32>,
         gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
-        _ctime: Option<std::time::SystemTime>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<std::time::SystemTime>,
         _fh: Option<FileHandle>,
-        _crtime: Option<std::time::SystemTime>,
-        _chgtime: Option<std::time::SystemTime>,
-        _bkuptime: Option<std::time::SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
+        crtime: Option<std::time::SystemTime>,
+        chgtime: Option<std::time::SystemTime>,
+        bkuptime: Option<std::time::SystemTime>,
+        flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
         let result = guarded("setattr", || {
-            if mode.is_some() || uid.is_some() || gid.is_some() || size.is_some_and(|s| s != 0) {
-                return Err(Error::ReadOnly("sessionfs files cannot be changed".into()));
+            // Truncating a control file to 0 (`echo N > fork` without atomic O_TRUNC, or
+            // truncate(2)) is allowed, with the mtime and ctime the kernel may send along.
+            let truncating = size == Some(0);
+            let changes_times = atime.is_some()
+                || crtime.is_some()
+                || chgtime.is_some()
+                || bkuptime.is_some()
+                || (!truncating && (mtime.is_some() || ctime.is_some()));
+            let changes_mode_or_owner =
+                mode.is_some() || uid.is_some() || gid.is_some() || flags.is_some();
+            if changes_times || changes_mode_or_owner || size.is_some_and(|s| s != 0) {
+                return Err(Error::ReadOnly(
+                    "sessionfs files' times, modes, owners and sizes cannot be changed".into(),
+                ));
             }
             if size == Some(0) {
                 self.fs.truncate(ino.0)
@@ -363,7 +389,19 @@ impl Filesystem for FuseAdapter {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let files = self.fs.session_count() as u64;
-        reply.statfs(0, 0, 0, files, 0, 4096, 255, 4096);
+        match store_space(&self.store) {
+            Some(space) => reply.statfs(
+                space.f_blocks,
+                space.f_bfree,
+                space.f_bavail,
+                files,
+                0,
+                space.f_bsize as u32,
+                255,
+                space.f_frsize as u32,
+            ),
+            None => reply.statfs(0, 0, 0, files, 0, 4096, 255, 4096),
+        }
     }
 
     // The tree is generated from the store: nothing can be created, removed or

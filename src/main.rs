@@ -74,15 +74,7 @@ fn preflight(options: &Options) -> Result<(), String> {
             options.mountpoint.display()
         ));
     }
-    if let Err(e) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        return Err(format!(
-            "cannot use /dev/fuse ({e}); is the fuse kernel module loaded?"
-        ));
-    }
+    sessionfs::fuse_device::check()?;
     // Opening the store checks that it is a Harness store at all.
     sessionfs::store::open(&options.store).map(|_| ())
 }
@@ -171,13 +163,11 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
     };
     let fs = SessionFs::new(store, config);
     let mut mount_options = vec![
-        MountOption::FSName(
-            options
-                .fsname
-                .clone()
-                .unwrap_or_else(|| options.store.display().to_string().replace(',', "\\,")),
-        ),
-        MountOption::Subtype("sessionfs".into()),
+        MountOption::FSName(mount_source(options)),
+        // Passed as a plain option so that the kernel gets it on a direct mount as root
+        // too (fuser gives `Subtype` only to fusermount3): /proc/mounts then says
+        // `fuse.sessionfs` either way.
+        MountOption::CUSTOM("subtype=sessionfs".into()),
         MountOption::DefaultPermissions,
     ];
     // Safe defaults unless the user (or mount.fuse3, for fstab) says otherwise.
@@ -217,7 +207,7 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
 
     // Signals are handled by one thread with sigwait; every thread blocks them.
     let signals = block_signals();
-    let adapter = FuseAdapter::new(fs.clone(), options.attr_timeout);
+    let adapter = FuseAdapter::new(fs.clone(), options.attr_timeout, options.store.clone());
     let mut session = fuser::Session::new(adapter, &options.mountpoint, &config).map_err(|e| {
         format!(
             "cannot mount {} at {}: {e}",
@@ -300,6 +290,25 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
     }
     log::info!("unmounted {}", options.mountpoint.display());
     result.map_err(|e| format!("the mount ended with an error: {e}"))
+}
+
+/// The source the mount table shows: `-o fsname=`, else the store's canonical path,
+/// so `findmnt` and `df` name the store whatever directory sessionfs was started in.
+fn mount_source(options: &Options) -> String {
+    let source = options.fsname.clone().unwrap_or_else(|| {
+        std::fs::canonicalize(&options.store)
+            .unwrap_or_else(|_| options.store.clone())
+            .display()
+            .to_string()
+    });
+    // fusermount3, which mounts for other users, splits its options at commas; a direct
+    // mount as root takes the source as it is.
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        source
+    } else {
+        source.replace(',', "\\,")
+    }
 }
 
 /// Detaches the daemon from the terminal once the parent has reported success:
