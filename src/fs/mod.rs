@@ -224,6 +224,7 @@ impl SessionFs {
                 key: key.clone(),
                 header: Err(reason.to_string()),
                 raw_name: None,
+                mode: None,
             },
         };
         Self::reread(&slot, listing);

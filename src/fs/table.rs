@@ -36,6 +36,7 @@ pub(super) struct Listed {
 
 impl Listed {
     pub fn of(listing: Listing, pending: bool) -> Listed {
+        let read_bits = listing.mode.map(|mode| (mode & 0o444) as u16);
         let (created_at, parent, unreadable) = match listing.header {
             Ok(header) => (
                 header.created_at,
@@ -50,7 +51,7 @@ impl Listed {
             parent,
             unreadable,
             pending,
-            read_bits: None,
+            read_bits,
         }
     }
 }

@@ -244,7 +244,7 @@ impl JsonlStore {
     }
 
     /// One session's listing, from its header alone.
-    fn listing(&self, segment: &str, path: &Path) -> Listing {
+    fn listing(&self, segment: &str, path: &Path, mode: u32) -> Listing {
         let header = self
             .read_header(path)
             .and_then(|h| self.check_identity(path, &h).map(|_| h));
@@ -258,6 +258,7 @@ impl JsonlStore {
             key: SessionKey::File(path.to_path_buf()),
             header,
             raw_name,
+            mode: Some(mode & 0o7777),
         }
     }
 
@@ -636,6 +637,7 @@ impl Backend for JsonlStore {
                             key: SessionKey::File(entry.path()),
                             header: Err("obsolete flat layout: a session log directly inside a project directory; move it to <project>/<id>/session.jsonl".into()),
                             raw_name: decoded.is_none().then(|| stem.to_string()),
+                            mode: None,
                         });
                     }
                 }
@@ -663,8 +665,12 @@ impl Backend for JsonlStore {
                             let mut found = false;
                             for (k, file) in [RAW_NAME, ZSTD_NAME].into_iter().enumerate() {
                                 let path = dir.join(file);
-                                if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
-                                    listed.push((2 * at + k, self.listing(segment, &path)));
+                                let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                                    continue;
+                                };
+                                if meta.is_file() {
+                                    let listing = self.listing(segment, &path, meta.mode());
+                                    listed.push((2 * at + k, listing));
                                     found = true;
                                 }
                             }
@@ -722,8 +728,10 @@ impl Backend for JsonlStore {
             }
             for file in [RAW_NAME, ZSTD_NAME] {
                 let path = dir.join(file);
-                if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
-                    found.push(self.listing(&segment, &path));
+                if let Ok(meta) = std::fs::symlink_metadata(&path)
+                    && meta.is_file()
+                {
+                    found.push(self.listing(&segment, &path, meta.mode()));
                 }
             }
         }

@@ -50,6 +50,8 @@ pub struct Listing {
     /// For a session whose header cannot be read and whose directory name is no
     /// valid id encoding: that name, to show it by (its id is unknown).
     pub raw_name: Option<String>,
+    /// The permission bits of the stored file, when the listing saw them.
+    pub mode: Option<u32>,
 }
 
 impl Listing {
@@ -60,6 +62,7 @@ impl Listing {
             key,
             header: Ok(header),
             raw_name: None,
+            mode: None,
         }
     }
 }
@@ -141,6 +144,7 @@ pub trait Backend: Send + Sync {
             header: self.header(&key).map_err(|r| r.message().to_string()),
             key,
             raw_name: None,
+            mode: None,
         }]
     }
 

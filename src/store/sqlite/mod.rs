@@ -247,6 +247,8 @@ impl Backend for SqliteStore {
                 return Vec::new();
             }
         };
+        // Every session lives in the one database file.
+        let mode = self.mode(&SessionKey::Row(String::new()));
         rows.into_iter()
             .filter_map(|row| {
                 let Cell::Text(id) = &row.id else {
@@ -263,6 +265,7 @@ impl Backend for SqliteStore {
                     key: SessionKey::Row(id.clone()),
                     header: row.header(),
                     raw_name: None,
+                    mode,
                 })
             })
             .collect()
