@@ -33,10 +33,13 @@ struct Calls {
     scan: AtomicUsize,
 }
 
-/// A `MemoryStore` that counts calls, shared with the test.
+/// A `MemoryStore` that counts calls, shared with the test. It hands its
+/// listing over in parts of `part` sessions, then `extra` as a last part.
 struct Counted {
     inner: Arc<MemoryStore>,
     calls: Arc<Calls>,
+    part: usize,
+    extra: Vec<Listing>,
 }
 
 impl Backend for Counted {
@@ -49,6 +52,13 @@ impl Backend for Counted {
         // A store lists in a stable order; the memory store's map has none.
         all.sort_by(|a, b| a.id.cmp(&b.id));
         all
+    }
+    fn list_parts(&self, each: &mut dyn FnMut(Vec<Listing>)) {
+        let all = self.list();
+        for part in all.chunks(self.part) {
+            each(part.to_vec());
+        }
+        each(self.extra.clone());
     }
     fn find(&self, id: &str) -> Vec<Listing> {
         self.calls.find.fetch_add(1, Ordering::Relaxed);
@@ -137,6 +147,8 @@ impl World {
             Box::new(Counted {
                 inner: store.clone(),
                 calls: calls.clone(),
+                part: 7,
+                extra: Vec::new(),
             }),
             config,
         );
@@ -232,6 +244,38 @@ fn the_root_lists_every_session_once_by_cookie_and_new_ones_at_the_end() {
     let again = list(&world.fs, ROOT, 11);
     assert_eq!(again.len(), 52);
     assert!(again.contains(&"a-new-one".to_string()));
+}
+
+#[test]
+fn an_id_stored_twice_is_refused_even_when_the_listing_comes_in_parts() {
+    let store = Arc::new(MemoryStore::default());
+    let events = fixture_events("release-notes");
+    for n in 0..20 {
+        store.insert(SessionHeader::new(&name(n), 1), events.clone());
+    }
+    let copy = Listing::of(
+        SessionHeader::new(&name(3), 1),
+        SessionKey::Row("a second copy".into()),
+    );
+    let fs = SessionFs::new(
+        Box::new(Counted {
+            inner: store,
+            calls: Arc::default(),
+            part: 4,
+            extra: vec![copy],
+        }),
+        config(),
+    );
+    let names = list(&fs, ROOT, 100);
+    assert_eq!(names.len(), 21, "{names:?}");
+    let dir = fs.lookup(ROOT, &name(3)).expect("shown").ino;
+    let error = fs.lookup(dir, "error").expect("an error file");
+    let (fh, _) = fs.open(error.ino, false).expect("open");
+    let text = String::from_utf8(read_handle(&fs, fh)).expect("text");
+    assert!(text.contains("appears in 2 artifacts"), "{text}");
+    assert!(fs.lookup(dir, "transcript.md").is_err());
+    let other = fs.lookup(ROOT, &name(4)).expect("shown").ino;
+    assert!(fs.lookup(other, "transcript.md").is_ok(), "the others read");
 }
 
 #[test]

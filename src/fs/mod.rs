@@ -14,13 +14,14 @@
 //! Only a listing of the root after the store changed lists the store.
 //!
 //! Lock order (a lock may be taken while holding those above it, never below):
+//! 0. `SessionFs::relisting`, held while the store is listed (never under a view).
 //! 1. `Slot::view`, one session's view: held while it is loaded, refreshed or
 //!    rendered. At most one is awaited at a time; eviction only `try_lock`s
 //!    another session's view.
 //! 2. `SessionFs::table` (read or write). A view is never awaited while the
 //!    table is held: relisting defers what needs a view until it let go.
 //! 3. Leaves, held briefly and never while taking another lock: `Slot::listed`,
-//!    `Slot::checked`, `Slot::control`, `SessionFs::lru`, `SessionFs::stale`,
+//!    `Slot::refusal`, `Slot::checked`, `Slot::control`, `SessionFs::lru`, `SessionFs::stale`,
 //!    the handle table.
 
 mod attr;
@@ -144,6 +145,8 @@ pub struct SessionFs {
     stale: Mutex<Vec<u64>>,
     /// Names of sessions removed from the store, for the kernel to forget.
     removed: Mutex<Vec<String>>,
+    /// Held while the store is listed.
+    relisting: Mutex<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -179,6 +182,7 @@ impl SessionFs {
             started: SystemTime::now(),
             stale: Mutex::default(),
             removed: Mutex::default(),
+            relisting: Mutex::default(),
         });
         let weak = Arc::downgrade(&fs);
         writeback.set_durable_hook(Box::new(move |id, key| {
@@ -259,13 +263,11 @@ impl SessionFs {
                     let listed = lock(&slot.listed);
                     (listed.key.clone(), listed.unreadable.clone())
                 };
-                let view = match &slot.refusal {
-                    Some(reason) => SessionView::refused(
-                        &slot.id,
-                        &key,
-                        backend.header(&key).ok(),
-                        reason.clone(),
-                    ),
+                let refusal = lock(&slot.refusal).clone();
+                let view = match refusal {
+                    Some(reason) => {
+                        SessionView::refused(&slot.id, &key, backend.header(&key).ok(), reason)
+                    }
                     None => SessionView::open(
                         backend.as_ref(),
                         &slot.id,
@@ -282,7 +284,7 @@ impl SessionFs {
             }
             Some(view) => {
                 let mut checked = lock(&slot.checked);
-                if checked.elapsed() >= self.config.recheck && slot.refusal.is_none() {
+                if checked.elapsed() >= self.config.recheck && lock(&slot.refusal).is_none() {
                     *checked = Instant::now();
                     drop(checked);
                     if view.refresh(backend.as_ref()) {
@@ -362,7 +364,7 @@ impl SessionFs {
             let Some(slot) = self.table().get(number) else {
                 continue;
             };
-            if slot.refusal.is_some() {
+            if lock(&slot.refusal).is_some() {
                 continue;
             }
             let (backend, _) = self.backend_of(&slot);

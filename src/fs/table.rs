@@ -63,7 +63,7 @@ pub(super) struct Slot {
     pub id: String,
     pub listed: Mutex<Listed>,
     /// A reason found outside the log (a duplicate id) that overrides reading it.
-    pub refusal: Option<Refusal>,
+    pub refusal: Mutex<Option<Refusal>>,
     pub view: Mutex<Option<Box<SessionView>>>,
     pub checked: Mutex<Instant>,
     pub control: Mutex<ForkLog>,
@@ -106,7 +106,7 @@ impl Table {
             name: name.clone(),
             id: id.to_string(),
             listed: Mutex::new(listed),
-            refusal,
+            refusal: Mutex::new(refusal),
             view: Mutex::new(None),
             checked: Mutex::new(Instant::now()),
             control: Mutex::default(),
@@ -170,6 +170,15 @@ impl Table {
     }
 }
 
+/// Why a session whose id is stored more than once is not shown.
+fn duplicate(id: &str, keys: &[String]) -> Refusal {
+    Refusal::Corrupt(format!(
+        "session id {id:?} appears in {} artifacts: {}; rename or remove all but one",
+        keys.len(),
+        keys.join(" and ")
+    ))
+}
+
 impl SessionFs {
     /// Lists the store again when the last listing is older than `max_age` and
     /// the store says its set of sessions may have changed.
@@ -186,40 +195,47 @@ impl SessionFs {
             self.table_mut().listed_at = Some(Instant::now());
             return;
         }
-        let mut listings = self.store.list();
-        // Grouped by id without copying ids: a duplicate id is refused.
-        listings.sort_by(|a, b| a.id.cmp(&b.id));
-        let mut table = self.table_mut();
-        table.generation = table.generation.wrapping_add(1);
-        let generation = table.generation;
+        // One listing at a time: two at once would each take the other's
+        // sessions for removed.
+        let _listing = lock(&self.relisting);
+        let generation = {
+            let mut table = self.table_mut();
+            table.generation = table.generation.wrapping_add(1);
+            table.generation
+        };
         let mut moved = Vec::new();
-        let mut rest = listings.into_iter().peekable();
-        while let Some(first) = rest.next() {
-            // A directory whose name is no valid id encoding (and whose header cannot
-            // be read) is shown under that raw name, which no real id maps to.
-            if let Some(raw) = first.raw_name.clone() {
-                let number = match table.by_name(&raw) {
-                    Some(number) => number,
-                    None => {
-                        let id = first.id.clone();
-                        table.add(raw, &id, Listed::of(first, false), None)
-                    }
-                };
-                table.stamp(number, generation);
-                continue;
+        self.store.list_parts(&mut |mut part| {
+            // Grouped by id without copying ids: a duplicate id is refused.
+            part.sort_by(|a, b| a.id.cmp(&b.id));
+            let mut table = self.table_mut();
+            let mut rest = part.into_iter().peekable();
+            while let Some(first) = rest.next() {
+                // A directory whose name is no valid id encoding (and whose header
+                // cannot be read) is shown under that raw name, which no real id
+                // maps to.
+                if let Some(raw) = first.raw_name.clone() {
+                    let number = match table.by_name(&raw) {
+                        Some(number) => number,
+                        None => {
+                            let id = first.id.clone();
+                            table.add(raw, &id, Listed::of(first, false), None)
+                        }
+                    };
+                    table.stamp(number, generation);
+                    continue;
+                }
+                let mut group = vec![first];
+                while rest
+                    .peek()
+                    .is_some_and(|next| next.raw_name.is_none() && next.id == group[0].id)
+                {
+                    group.extend(rest.next());
+                }
+                let id = group[0].id.clone();
+                self.admit(&mut table, &id, group, Some(generation), &mut moved);
             }
-            let mut group = vec![first];
-            while rest
-                .peek()
-                .is_some_and(|next| next.raw_name.is_none() && next.id == group[0].id)
-            {
-                group.extend(rest.next());
-            }
-            let id = group[0].id.clone();
-            if let Some(number) = self.admit(&mut table, &id, group, &mut moved) {
-                table.stamp(number, generation);
-            }
-        }
+        });
+        let mut table = self.table_mut();
         // Sessions removed from the store leave the listing; fork children not
         // yet durable are in no store listing and stay.
         let removed: Vec<u32> = table
@@ -257,12 +273,14 @@ impl SessionFs {
     }
 
     /// Takes the store's listings of one id into the table: a new slot, or an
-    /// update of the known one. Returns its slot.
+    /// update of the known one, stamped as held by listing `generation`.
+    /// Returns its slot.
     fn admit(
         &self,
         table: &mut Table,
         id: &str,
         mut group: Vec<Listing>,
+        generation: Option<u32>,
         moved_slots: &mut Vec<(Arc<Slot>, Listing)>,
     ) -> Option<u32> {
         let Some(name) = mount_name(id).filter(|n| n.len() <= NAME_MAX) else {
@@ -277,7 +295,15 @@ impl SessionFs {
         }
         if let Some(number) = table.by_name(&name) {
             let slot = table.get(number)?;
-            if group.len() == 1 {
+            let seen_in_this_listing =
+                generation.is_some_and(|g| slot.seen.swap(g, Ordering::Relaxed) == g);
+            if seen_in_this_listing {
+                // The same id in another part of this listing: a duplicate.
+                let mut keys = vec![lock(&slot.listed).key.describe()];
+                keys.extend(group.iter().map(|l| l.key.describe()));
+                *lock(&slot.refusal) = Some(duplicate(id, &keys));
+                moved_slots.push((slot, group.remove(0)));
+            } else if group.len() == 1 {
                 let listing = group.remove(0);
                 let mut listed = lock(&slot.listed);
                 if listed.pending || listed.key != listing.key {
@@ -293,15 +319,15 @@ impl SessionFs {
             return Some(number);
         }
         let refusal = (group.len() > 1).then(|| {
-            let paths: Vec<String> = group.iter().map(|l| l.key.describe()).collect();
-            Refusal::Corrupt(format!(
-                "session id {id:?} appears in {} artifacts: {}; rename or remove all but one",
-                group.len(),
-                paths.join(" and ")
-            ))
+            let keys: Vec<String> = group.iter().map(|l| l.key.describe()).collect();
+            duplicate(id, &keys)
         });
         let listing = group.remove(0);
-        Some(table.add(name, id, Listed::of(listing, false), refusal))
+        let number = table.add(name, id, Listed::of(listing, false), refusal);
+        if let Some(generation) = generation {
+            table.stamp(number, generation);
+        }
+        Some(number)
     }
 
     /// A name the table does not know: asks the store for that one session
@@ -321,7 +347,7 @@ impl SessionFs {
         if let Some(number) = table.by_name(name) {
             return Some(number);
         }
-        self.admit(&mut table, &id, group, &mut Vec::new())
+        self.admit(&mut table, &id, group, None, &mut Vec::new())
     }
 
     pub(super) fn slot(&self, number: u32) -> crate::error::Result<Arc<Slot>> {

@@ -58,6 +58,9 @@ struct CachedFrame {
     plaintext: Arc<Vec<u8>>,
 }
 
+/// Session directories listed at a time.
+const LIST_PART: usize = 4096;
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -226,6 +229,55 @@ impl JsonlStore {
             .collect();
         out.sort();
         out
+    }
+
+    /// The listings of some session directories, in their order. Each costs a
+    /// few small reads (its directory, its first bytes), independent of the
+    /// others: many at once keep the disk busy, so a store of thousands of
+    /// sessions lists in a fraction of the time.
+    fn list_session_dirs(&self, session_dirs: &[(String, PathBuf)]) -> Vec<Listing> {
+        let threads = std::thread::available_parallelism()
+            .map_or(4, |n| n.get() * 8)
+            .min(16);
+        let next = AtomicUsize::new(0);
+        let mut found: Vec<(usize, Listing)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut listed = Vec::new();
+                        loop {
+                            let at = next.fetch_add(1, Ordering::Relaxed);
+                            let Some((segment, dir)) = session_dirs.get(at) else {
+                                break;
+                            };
+                            let mut found = false;
+                            for (k, file) in [RAW_NAME, ZSTD_NAME].into_iter().enumerate() {
+                                let path = dir.join(file);
+                                let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                                    continue;
+                                };
+                                if meta.is_file() {
+                                    let listing = self.listing(segment, &path, meta.mode());
+                                    listed.push((2 * at + k, listing));
+                                    found = true;
+                                }
+                            }
+                            if !found {
+                                lock(&self.without_log).push(dir.clone());
+                            }
+                        }
+                        listed
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|worker| worker.join().unwrap_or_default())
+                .collect()
+        });
+        // In store order, whichever worker read them.
+        found.sort_by_key(|(order, _)| *order);
+        found.into_iter().map(|(_, listing)| listing).collect()
     }
 
     fn read_header(&self, path: &Path) -> Result<SessionHeader, String> {
@@ -621,6 +673,12 @@ impl Backend for JsonlStore {
 
     fn list(&self) -> Vec<Listing> {
         let mut out = Vec::new();
+        self.list_parts(&mut |part| out.extend(part));
+        out
+    }
+
+    fn list_parts(&self, each: &mut dyn FnMut(Vec<Listing>)) {
+        let mut flat = Vec::new();
         let mut session_dirs = Vec::new();
         for (_, project) in Self::subdirs(&self.root) {
             if let Ok(entries) = std::fs::read_dir(&project) {
@@ -632,7 +690,7 @@ impl Backend for JsonlStore {
                         .or_else(|| name.strip_suffix(".jsonl"));
                     if let (true, Some(stem)) = (is_file, stem) {
                         let decoded = decode_segment(stem);
-                        out.push(Listing {
+                        flat.push(Listing {
                             id: decoded.clone().unwrap_or_else(|| stem.to_string()),
                             key: SessionKey::File(entry.path()),
                             header: Err("obsolete flat layout: a session log directly inside a project directory; move it to <project>/<id>/session.jsonl".into()),
@@ -644,53 +702,12 @@ impl Backend for JsonlStore {
             }
             session_dirs.extend(Self::subdirs(&project));
         }
-        // Each session costs a few small reads (its directory, its first bytes),
-        // independent of the others: many at once keep the disk busy, so a store
-        // of thousands of sessions lists in a fraction of the time.
-        let threads = std::thread::available_parallelism()
-            .map_or(4, |n| n.get() * 8)
-            .min(16);
-        let next = AtomicUsize::new(0);
+        each(flat);
         lock(&self.without_log).clear();
-        let mut found: Vec<(usize, Listing)> = std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads)
-                .map(|_| {
-                    scope.spawn(|| {
-                        let mut listed = Vec::new();
-                        loop {
-                            let at = next.fetch_add(1, Ordering::Relaxed);
-                            let Some((segment, dir)) = session_dirs.get(at) else {
-                                break;
-                            };
-                            let mut found = false;
-                            for (k, file) in [RAW_NAME, ZSTD_NAME].into_iter().enumerate() {
-                                let path = dir.join(file);
-                                let Ok(meta) = std::fs::symlink_metadata(&path) else {
-                                    continue;
-                                };
-                                if meta.is_file() {
-                                    let listing = self.listing(segment, &path, meta.mode());
-                                    listed.push((2 * at + k, listing));
-                                    found = true;
-                                }
-                            }
-                            if !found {
-                                lock(&self.without_log).push(dir.clone());
-                            }
-                        }
-                        listed
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .flat_map(|worker| worker.join().unwrap_or_default())
-                .collect()
-        });
-        // In store order, whichever worker read them.
-        found.sort_by_key(|(order, _)| *order);
-        out.extend(found.into_iter().map(|(_, listing)| listing));
-        out
+        // A part at a time, so a listing never holds every header at once.
+        for part in session_dirs.chunks(LIST_PART) {
+            each(self.list_session_dirs(part));
+        }
     }
 
     fn listing_revision(&self) -> Option<String> {

@@ -132,6 +132,13 @@ pub trait Backend: Send + Sync {
     /// Every session, from headers alone (never whole logs).
     fn list(&self) -> Vec<Listing>;
 
+    /// The same listings handed over in parts, so that a caller that keeps
+    /// less than a listing need never hold them all. Every session is in one
+    /// part, except that the artifacts of one id may be in different parts.
+    fn list_parts(&self, each: &mut dyn FnMut(Vec<Listing>)) {
+        each(self.list());
+    }
+
     /// The artifacts that hold session `id` (more than one is a duplicate id),
     /// found without listing the store. This default serves stores keyed by id.
     fn find(&self, id: &str) -> Vec<Listing> {
