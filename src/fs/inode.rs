@@ -3,10 +3,12 @@
 //! first listed; slots are never reused while mounted, so an inode number always
 //! names the same file:
 //!
-//! `ino = slot << 40 | local`, with slot 0 for the mount root's own entries
-//! (1 = the root, 2 = the root `flush` file), and within a session `local` =
-//! 1 directory, 2..=11 its fixed files, `1 << 32 | seq` an event file and
-//! `2 << 32 | child slot` a symlink in `children/`.
+//! `ino = (slot + 1) << 40 | (local ^ spread(slot))`, with 0 in the top bits
+//! for the mount root's own entries (1 = the root, 2 = the root `flush` file),
+//! and within a session `local` = 1 directory, 2..=11 its fixed files,
+//! `1 << 32 | seq` an event file and `2 << 32 | child slot` a symlink in
+//! `children/`. `spread` changes only the low 32 bits, so the kind of node
+//! (bits 32 and up of `local`) reads straight off the number.
 
 pub const ROOT: u64 = 1;
 pub const ROOT_FLUSH: u64 = 2;
@@ -56,6 +58,15 @@ const FIXED: [(Node, u64); 11] = [
     (Node::Children, 11),
 ];
 
+/// Mixed into the low 32 bits of a session's inode numbers. The kernel finds
+/// an inode in a hash table keyed mostly by the number's low bits: were they
+/// the same for every session (a directory is local 1 in each), `ls -l` of a
+/// root of 100,000 sessions would walk one long hash chain per entry. XOR with
+/// a function of the slot keeps the numbers decodable and their low bits apart.
+fn spread(slot: u32) -> u64 {
+    u64::from(slot.wrapping_add(1).wrapping_mul(0x9E37_79B1))
+}
+
 impl Ino {
     pub fn encode(self) -> u64 {
         match self {
@@ -70,7 +81,7 @@ impl Ino {
                         .find(|(n, _)| *n == fixed)
                         .map_or(0, |(_, l)| *l),
                 };
-                (u64::from(slot) + 1) << SLOT_SHIFT | local
+                (u64::from(slot) + 1) << SLOT_SHIFT | (local ^ spread(slot))
             }
         }
     }
@@ -82,7 +93,7 @@ impl Ino {
             _ => {}
         }
         let slot = u32::try_from((ino >> SLOT_SHIFT).checked_sub(1)?).ok()?;
-        let local = ino & LOCAL_MASK;
+        let local = (ino & LOCAL_MASK) ^ spread(slot);
         let node = match local >> 32 {
             1 => Node::Event(local & (EVENT_BASE - 1)),
             2 => Node::Child(u32::try_from(local & (EVENT_BASE - 1)).ok()?),
@@ -118,5 +129,37 @@ mod tests {
         assert_eq!(unique.len(), numbers.len());
         assert_eq!(Ino::decode(0), None);
         assert_eq!(Ino::decode(3), None);
+    }
+
+    #[test]
+    fn every_slot_and_node_round_trips() {
+        for slot in (0..200_000u32)
+            .step_by(997)
+            .chain([u32::from(u16::MAX), (1 << 24) - 2])
+        {
+            for node in [Node::Dir, Node::Index, Node::Children, Node::Parent]
+                .into_iter()
+                .chain([0, 1, 77, (1 << 32) - 1].map(Node::Event))
+                .chain([0, 5, u32::MAX].map(Node::Child))
+            {
+                let ino = Ino::Session(slot, node);
+                let number = ino.encode();
+                assert!(number > ROOT_FLUSH);
+                assert_eq!(Ino::decode(number), Some(ino), "{number:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn session_directories_differ_in_their_low_bits() {
+        // What the kernel's inode hash mostly looks at.
+        let low: std::collections::HashSet<u64> = (0..10_000u32)
+            .map(|slot| Ino::Session(slot, Node::Dir).encode() & 0xffff)
+            .collect();
+        assert!(low.len() > 5_000, "{} distinct", low.len());
+        let events: std::collections::HashSet<u64> = (0..10_000u64)
+            .map(|seq| Ino::Session(3, Node::Event(seq)).encode() & 0xffff)
+            .collect();
+        assert_eq!(events.len(), 10_000);
     }
 }
