@@ -17,7 +17,6 @@ use crate::model::Refusal;
 use crate::model::fold::{CHUNK_TYPE, SessionFold};
 use crate::model::header::SessionHeader;
 use crate::model::quick::Scanned;
-use crate::model::surface::SurfaceEffect;
 use crate::render::transcript::TranscriptWriter;
 use crate::render::{Standing, event_file, header_json, index_line, surface_line};
 use crate::store::{Backend, EventLoc, Listing, Revision, ScanEnd, ScanPoint, SessionKey};
@@ -77,6 +76,9 @@ pub struct Indexed {
     cache: Vec<(ViewFile, Content)>,
     /// Bumped whenever a file is rewritten rather than extended.
     lineage: u64,
+    /// The transcript's own lineage: it never shows closers, so only a re-read
+    /// log whose transcript no longer extends the old one rewrites it.
+    transcript_lineage: u64,
     /// When the log last grew while followed.
     grown_at: Option<Instant>,
 }
@@ -209,6 +211,7 @@ impl SessionView {
             closers: Vec::new(),
             cache: Vec::new(),
             lineage: 0,
+            transcript_lineage: 0,
             grown_at: None,
         });
         match indexed.extend(backend, &self.key) {
@@ -262,7 +265,11 @@ impl SessionView {
             if continued {
                 self.revision = revision;
             } else {
-                self.state = self.rebuild(backend);
+                let rebuilt = self.rebuild(backend);
+                let previous = std::mem::replace(&mut self.state, rebuilt);
+                if let (State::Indexed(old), State::Indexed(new)) = (&previous, &mut self.state) {
+                    new.succeed(old);
+                }
             }
         }
         let quiet = self.quiet();
@@ -420,7 +427,7 @@ impl Indexed {
             let effect = fold.observe_scanned(&scanned)?;
             let meta = match &scanned {
                 Scanned::Event(event) => {
-                    transcript.event(event, &effect, false);
+                    transcript.event(event, &effect);
                     let event_type = event
                         .get("type")
                         .and_then(Value::as_str)
@@ -472,6 +479,18 @@ impl Indexed {
         self.closers = closers;
         self.changed(removed);
         true
+    }
+
+    /// Continues the lineages of the view this re-read replaces: the transcript
+    /// keeps its lineage when it still starts with what readers saw, so they
+    /// read on (`tail -f`); every other file counts as rewritten.
+    fn succeed(&mut self, old: &Indexed) {
+        self.lineage = old.lineage + 1;
+        self.transcript_lineage = if self.transcript.bytes().starts_with(old.transcript.bytes()) {
+            old.transcript_lineage
+        } else {
+            old.transcript_lineage + 1
+        };
     }
 
     /// Drops cached files; `rewritten` when content was replaced, not extended.
@@ -560,6 +579,7 @@ impl Indexed {
         // The surface is rewritten, not extended, whenever a replacement lands.
         let lineage = match which {
             ViewFile::Surface => self.lineage + (self.fold.surface().replace_generation() << 32),
+            ViewFile::Transcript => self.transcript_lineage,
             _ => self.lineage,
         };
         let content = Content { bytes, lineage };
@@ -567,30 +587,18 @@ impl Indexed {
         Ok(content)
     }
 
+    /// The transcript shows logged events only (never the closers, which give
+    /// way when the log grows), so it only ever grows while the log does.
     fn transcript_bytes(&self) -> Arc<Vec<u8>> {
-        let note = self.transcript.unfinished_note();
         // At rest, the file shares the writer's buffer, so the transcript is held
         // once. A growing log copies it instead: the writer appends on every batch,
         // and a shared buffer would be copied then, once per batch, not per render.
         let growing = self.grown_at.is_some_and(|t| t.elapsed() < GROWING_FOR);
-        if self.closers.is_empty() && note.is_empty() && !growing {
-            return self.transcript.shared();
+        if growing {
+            Arc::new(self.transcript.bytes().to_vec())
+        } else {
+            self.transcript.shared()
         }
-        let mut bytes = self.transcript.bytes().to_vec();
-        if !self.closers.is_empty() {
-            let mut tail = self.transcript.continuation();
-            for closer in &self.closers {
-                let effect = if closer.contains_key("surfaceOp") {
-                    SurfaceEffect::Appended
-                } else {
-                    SurfaceEffect::None
-                };
-                tail.event(closer, &effect, true);
-            }
-            bytes.extend_from_slice(tail.bytes());
-        }
-        bytes.extend(note);
-        Arc::new(bytes)
     }
 
     /// Surface nodes in order, including synthetic tool results.
