@@ -321,15 +321,13 @@ fn check_crash_store(store: &str) {
             );
             let transcript =
                 std::fs::read_to_string(dir.join("transcript.md")).expect("transcript");
-            assert!(
-                transcript.contains("synthetic: added by crash repair"),
-                "{store}/{id}: transcript marks closers"
-            );
-            for closer in synthetic.iter().filter(|c| c["type"] == "tool/result") {
-                let code = closer["data"]["error"]["code"].as_str().expect("code");
+            // Closers may give way to logged events, and transcript.md only grows:
+            // they show in events/ and index.jsonl, never in the transcript.
+            for closer in synthetic {
+                let seq = closer["seq"].as_u64().expect("seq");
                 assert!(
-                    transcript.contains(code),
-                    "{store}/{id}: transcript names {code}"
+                    !transcript.contains(&format!(" #{seq}] ")),
+                    "{store}/{id}: transcript shows closer {seq}"
                 );
             }
         } else {
