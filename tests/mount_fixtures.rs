@@ -135,6 +135,8 @@ fn check_session(dir: &Path, exp: &Value, sqlite: bool) -> Vec<String> {
         let mut found = Vec::new();
         texts(&entry["message"], &mut found);
         for text in found {
+            // transcript.md drops ANSI escape sequences (issue #18).
+            let text = sessionfs::render::markdown::strip_ansi(&text);
             let snippet: String = alnum(&text).chars().take(40).collect();
             if snippet.len() < 8 {
                 continue;
