@@ -135,6 +135,8 @@ fn check_session(dir: &Path, exp: &Value, sqlite: bool) -> Vec<String> {
         let mut found = Vec::new();
         texts(&entry["message"], &mut found);
         for text in found {
+            // transcript.md drops ANSI escape sequences (issue #18).
+            let text = sessionfs::render::markdown::strip_ansi(&text);
             let snippet: String = alnum(&text).chars().take(40).collect();
             if snippet.len() < 8 {
                 continue;
@@ -321,15 +323,13 @@ fn check_crash_store(store: &str) {
             );
             let transcript =
                 std::fs::read_to_string(dir.join("transcript.md")).expect("transcript");
-            assert!(
-                transcript.contains("synthetic: added by crash repair"),
-                "{store}/{id}: transcript marks closers"
-            );
-            for closer in synthetic.iter().filter(|c| c["type"] == "tool/result") {
-                let code = closer["data"]["error"]["code"].as_str().expect("code");
+            // Closers may give way to logged events, and transcript.md only grows:
+            // they show in events/ and index.jsonl, never in the transcript.
+            for closer in synthetic {
+                let seq = closer["seq"].as_u64().expect("seq");
                 assert!(
-                    transcript.contains(code),
-                    "{store}/{id}: transcript names {code}"
+                    !transcript.contains(&format!(" #{seq}] ")),
+                    "{store}/{id}: transcript shows closer {seq}"
                 );
             }
         } else {

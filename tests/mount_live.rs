@@ -1,7 +1,8 @@
 //! A live store: events appended the way the Harness writes them (lines, one zstd
 //! frame per batch, one SQLite transaction per batch) show up in every view of a
-//! mounted session within a second; a quiet open turn is shown repaired, and a
-//! turn still being written is not.
+//! mounted session within a second; a quiet open turn is shown repaired in the
+//! snapshot views (never in transcript.md, which only grows), and a turn still
+//! being written is not.
 
 mod common;
 
@@ -187,10 +188,12 @@ fn follow(kind: Kind, store_name: &str) {
         "synthetic closers after the grace period",
         || event_count(&dir) == before + 5,
     );
+    // transcript.md only grows with the log: the closers are not in it.
     let transcript = std::fs::read_to_string(dir.join("transcript.md")).expect("transcript");
-    assert!(
-        transcript.contains("interrupted"),
-        "the transcript marks the interrupted turn"
+    assert_eq!(
+        transcript,
+        seen.clone() + &more,
+        "the quiet open turn leaves transcript.md as the log has it"
     );
     // The writer comes back and ends the turn: the closers give way to the real events.
     append(
@@ -332,4 +335,75 @@ fn tail_f_shows_new_messages_as_they_land() {
     let _ = tail.kill();
     let _ = tail.wait();
     assert!(found, "tail -f printed the new message");
+}
+
+/// Issue #12: `tail -f transcript.md` over a turn that stays open and quiet for
+/// three grace periods (the closers come and go in events/) and then completes
+/// prints exactly the final transcript.md.
+#[test]
+fn tail_f_follows_a_turn_quiet_past_the_grace_period() {
+    let copy = store_copy("jsonl");
+    let mount = Mount::new(&copy.path, &["-o", "grace=1"]);
+    let dir = session_dir(mount.path(), "ledger-chat");
+    let before = event_count(&dir);
+    let last = before as u64 - 1;
+    let output = common::TempDir::new("tail-f");
+    let captured = output.path().join("tail.out");
+    let mut tail = Command::new("tail")
+        .arg("-c")
+        .arg("+1")
+        .arg("-f")
+        .arg(dir.join("transcript.md"))
+        .stdout(std::fs::File::create(&captured).expect("capture"))
+        .spawn()
+        .expect("tail");
+    std::thread::sleep(Duration::from_millis(1500));
+    let needle = "a slow build 5d1e";
+    append(
+        Kind::Jsonl,
+        &copy.path,
+        "ledger-chat",
+        &next_turn(last, 5, 1_790_000_000_000, needle),
+    );
+    // Quiet for 3 × grace: the crash view shows its closers meanwhile.
+    within(
+        Duration::from_secs(3),
+        "closers after the grace period",
+        || event_count(&dir) == before + 5,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    append(
+        Kind::Jsonl,
+        &copy.path,
+        "ledger-chat",
+        &[
+            json!({"type": "assistant/message", "seq": last + 4, "time": 1_790_000_000_010i64, "data": {"turn": 5, "step": 1, "message": {"role": "assistant", "content": [{"type": "text", "text": "built after all"}], "source": {"kind": "model", "provider": "deepseek", "model": "m"}, "id": "a-5"}, "usage": {"inputTokens": 1, "outputTokens": 1}}, "surfaceOp": "append"}),
+            json!({"type": "step/end", "seq": last + 5, "time": 1_790_000_000_011i64, "data": {"turn": 5, "step": 1}}),
+            json!({"type": "turn/end", "seq": last + 6, "time": 1_790_000_000_012i64, "data": {"turn": 5, "reason": {"kind": "completed"}}}),
+        ],
+    );
+    within(Duration::from_secs(2), "the completed turn", || {
+        event_count(&dir) == before + 6
+            && std::fs::read_to_string(dir.join("transcript.md"))
+                .is_ok_and(|t| t.contains("built after all"))
+    });
+    let last_text = std::fs::read(dir.join("transcript.md")).expect("final transcript");
+    // tail -f polls once a second.
+    within(Duration::from_secs(4), "tail to catch up", || {
+        std::fs::metadata(&captured).is_ok_and(|m| m.len() >= last_text.len() as u64)
+    });
+    std::thread::sleep(Duration::from_millis(1200));
+    let _ = tail.kill();
+    let _ = tail.wait();
+    let final_path = output.path().join("final.md");
+    std::fs::write(&final_path, &last_text).expect("write final");
+    let same = Command::new("cmp")
+        .arg(&captured)
+        .arg(&final_path)
+        .status()
+        .expect("cmp");
+    assert!(
+        same.success(),
+        "tail -f output differs from the final transcript.md"
+    );
 }

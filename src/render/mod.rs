@@ -2,6 +2,7 @@
 //! file's exact size is known before its first read.
 
 pub mod event_file;
+pub mod markdown;
 pub mod transcript;
 
 use serde_json::{Map, Value};

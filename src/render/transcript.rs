@@ -1,11 +1,18 @@
 //! `transcript.md`: the human transcript (spec §5.6), built from append-origin
 //! surface events in log order, so compaction never erases what the user saw.
 //!
-//! Layout, for a pager and for grep: every entry starts with a heading line
-//! `### [t<turn> #<seq>] <who> · <time>`, and the first line of every text block is
-//! tagged `[t<turn> #<seq>]` too, so a match on it names its turn and seq.
-//! Continuation lines are indented by four spaces and carry no tag, so that text
-//! is never interrupted by markup (copy-paste and phrase searches keep working).
+//! The file is CommonMark, written entry by entry and never revised: each event
+//! adds complete blocks (see `render::markdown`), so a reader following the
+//! file never sees a construct left open for a later event. Only logged events
+//! are rendered: crash-repair closers may be withdrawn when the log grows, so
+//! they show in the snapshot views, never here.
+//!
+//! Layout: `## Turn N` per turn; every entry starts with a heading
+//! `### [t<turn> #<seq>] <who> · <time>` (errors marked there), so the nearest
+//! such heading above a grep match names its turn and seq. User and assistant
+//! text is prose as written, reasoning a block quote, tool calls their
+//! arguments as a `json` block (multi-line strings again unescaped, below it),
+//! tool output a fenced block.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -16,8 +23,9 @@ use serde_json::Value;
 use crate::json::{JsonMap, str_field};
 use crate::model::surface::SurfaceEffect;
 use crate::render::format_time;
+use crate::render::markdown::{code_span, fenced, inline, is_unified_diff, prose, quoted};
 
-/// Renders events into markdown as they are folded.
+/// Renders events into Markdown as they are folded.
 #[derive(Clone, Debug, Default)]
 pub struct TranscriptWriter {
     /// Shared with the file snapshots taken of it, so the transcript is held
@@ -26,33 +34,25 @@ pub struct TranscriptWriter {
     turn: Option<String>,
     /// Summaries by compaction id, until the replacement that uses them lands.
     summaries: HashMap<String, String>,
-    /// Compactions started and not yet ended: id → start seq.
-    open_compactions: Vec<(String, u64)>,
+}
+
+/// How a message's text blocks are shown.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Voice {
+    /// Said by the user or the model: Markdown prose.
+    Prose,
+    /// Printed by a tool: a code block.
+    Output,
 }
 
 impl TranscriptWriter {
     pub fn new(title: &str) -> TranscriptWriter {
         let mut writer = TranscriptWriter::default();
-        let _ = writeln!(writer.buffer(), "# Transcript of {title}\n");
+        let out = writer.buffer();
+        out.extend_from_slice(b"# Transcript of ");
+        inline(out, title);
+        out.extend_from_slice(b"\n\n");
         writer
-    }
-
-    /// A writer in the same state (turn, pending compactions) with no bytes yet,
-    /// to render events after this one without copying what is written.
-    pub fn continuation(&self) -> TranscriptWriter {
-        TranscriptWriter {
-            out: Arc::default(),
-            ..self.clone_state()
-        }
-    }
-
-    fn clone_state(&self) -> TranscriptWriter {
-        TranscriptWriter {
-            out: Arc::default(),
-            turn: self.turn.clone(),
-            summaries: self.summaries.clone(),
-            open_compactions: self.open_compactions.clone(),
-        }
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -72,56 +72,38 @@ impl TranscriptWriter {
         Arc::make_mut(&mut self.out)
     }
 
-    /// The compactions that started and never ended, as a closing note.
-    pub fn unfinished_note(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        for (id, seq) in &self.open_compactions {
-            let _ = writeln!(
-                out,
-                "> **Unfinished compaction** `{id}` started at seq {seq} and has no compaction/end.\n"
-            );
+    /// `### [t<turn> #<seq>] <who> · <time>`; `who` writes its part.
+    fn heading(&mut self, seq: u64, time: &Value, who: impl FnOnce(&mut Vec<u8>)) {
+        let Self { out, turn, .. } = self;
+        let out = Arc::make_mut(out);
+        out.extend_from_slice(b"### [");
+        if let Some(turn) = turn {
+            out.push(b't');
+            out.extend_from_slice(turn.as_bytes());
+            out.push(b' ');
         }
-        out
-    }
-
-    fn tag(&self, seq: u64) -> String {
-        match &self.turn {
-            Some(turn) => format!("[t{turn} #{seq}]"),
-            None => format!("[#{seq}]"),
+        let _ = write!(out, "#{seq}] ");
+        who(out);
+        out.extend_from_slice(" · ".as_bytes());
+        match time.as_i64() {
+            Some(ms) => out.extend_from_slice(format_time(ms).as_bytes()),
+            None => inline(out, &time.to_string()),
         }
+        out.extend_from_slice(b"\n\n");
     }
 
-    fn heading(&mut self, seq: u64, who: &str, time: &Value, synthetic: bool) {
-        let tag = self.tag(seq);
-        let when = time
-            .as_i64()
-            .map(format_time)
-            .unwrap_or_else(|| time.to_string());
-        let mark = if synthetic {
-            " · *synthetic: added by crash repair, not logged*"
-        } else {
-            ""
-        };
-        let _ = writeln!(self.buffer(), "### {tag} {who} · {when}{mark}\n");
+    /// A paragraph of one line: a bold label, then inline text.
+    fn labelled(&mut self, label: &str, text: &str) {
+        let out = self.buffer();
+        let _ = write!(out, "**{label}** ");
+        inline(out, text);
+        out.extend_from_slice(b"\n\n");
     }
 
-    /// A block of text: the first line tagged, continuation lines indented.
-    fn text(&mut self, seq: u64, label: Option<&str>, text: &str) {
-        let tag = self.tag(seq);
-        let mut lines = text.split('\n');
-        let first = lines.next().unwrap_or_default();
-        let label = label.map(|l| format!("{l} ")).unwrap_or_default();
-        let _ = writeln!(self.buffer(), "{tag} {label}{first}");
-        for line in lines {
-            let _ = writeln!(self.buffer(), "    {line}");
-        }
-        self.buffer().push(b'\n');
-    }
-
-    /// Renders one event. `synthetic` marks crash-repair closers.
-    pub fn event(&mut self, event: &JsonMap, effect: &SurfaceEffect, synthetic: bool) {
+    /// Renders one logged event.
+    pub fn event(&mut self, event: &JsonMap, effect: &SurfaceEffect) {
         let seq = event.get("seq").and_then(Value::as_u64).unwrap_or_default();
-        let time = event.get("time").cloned().unwrap_or(Value::Null);
+        let time = event.get("time").unwrap_or(&Value::Null);
         let data = event.get("data").unwrap_or(&Value::Null);
         let event_type = event
             .get("type")
@@ -129,11 +111,13 @@ impl TranscriptWriter {
             .unwrap_or_default();
         match (event_type, effect) {
             ("turn/start", _) => {
-                let turn = data
-                    .get("turn")
-                    .map(|t| t.to_string())
-                    .unwrap_or_else(|| "?".into());
-                let _ = writeln!(self.buffer(), "## Turn {turn}\n");
+                let mut turn = Vec::new();
+                match data.get("turn") {
+                    Some(t) => inline(&mut turn, &t.to_string()),
+                    None => turn.push(b'?'),
+                }
+                let turn = String::from_utf8_lossy(&turn).into_owned();
+                let _ = write!(self.buffer(), "## Turn {turn}\n\n");
                 self.turn = Some(turn);
             }
             ("turn/end", _) => {
@@ -143,26 +127,27 @@ impl TranscriptWriter {
                     .and_then(Value::as_str)
                     .unwrap_or("unknown");
                 if kind != "completed" {
-                    let detail = turn_end_detail(reason);
-                    self.heading(seq, "turn ended", &time, synthetic);
-                    self.text(seq, Some("**Turn ended:**"), &format!("{kind}{detail}"));
+                    self.heading(seq, time, |out| {
+                        out.extend_from_slice(b"turn ended");
+                        if kind == "error" {
+                            out.extend_from_slice(" · **error**".as_bytes());
+                        }
+                    });
+                    let detail = format!("{kind}{}", turn_end_detail(reason));
+                    self.labelled("Turn ended:", &detail);
                 }
                 self.turn = None;
-            }
-            ("compaction/start", _) => {
-                let id = str_field_value(data, "compactionId");
-                self.open_compactions.push((id.clone(), seq));
             }
             ("compaction/summary", _) => {
                 let id = str_field_value(data, "compactionId");
                 self.summaries.insert(id, block_texts(data.get("summary")));
             }
             ("compaction/end", _) => {
-                let id = str_field_value(data, "compactionId");
-                self.open_compactions.retain(|(open, _)| *open != id);
                 if let Some(error) = data.get("error").and_then(Value::as_str) {
-                    self.heading(seq, "compaction failed", &time, false);
-                    self.text(seq, Some("**Compaction failed:**"), error);
+                    self.heading(seq, time, |out| {
+                        out.extend_from_slice("compaction failed · **error**".as_bytes());
+                    });
+                    self.labelled("Compaction failed:", error);
                 }
             }
             // The model's context was compacted here; what the user saw stays above.
@@ -174,56 +159,60 @@ impl TranscriptWriter {
                     .and_then(Value::as_str)
                     .unwrap_or_default();
                 let summary = self.summaries.remove(id).unwrap_or_default();
-                self.heading(seq, "context compacted", &time, false);
-                let note = format!(
-                    "The model's context was compacted here: {} earlier surface messages were replaced by this summary (the conversation above is unchanged).",
+                self.heading(seq, time, |out| {
+                    out.extend_from_slice(b"context compacted");
+                });
+                let out = self.buffer();
+                let _ = write!(
+                    out,
+                    "**Note:** the model's context was compacted here: {} earlier surface messages were replaced by the summary below (the conversation above is unchanged).\n\n\
+                     **Summary** (written by the model, not said by the user):\n\n",
                     replacement.shadowed.len()
                 );
-                self.text(seq, Some("**Note:**"), &note);
-                self.text(
-                    seq,
-                    Some("**Summary (written by the model, not said by the user):**"),
-                    &summary,
-                );
+                quoted(out, &summary);
             }
             ("user/message", SurfaceEffect::Appended) => {
                 let source = data.get("source").unwrap_or(&Value::Null);
-                let who = match source.get("kind").and_then(Value::as_str) {
-                    Some("user") => "user".to_string(),
+                let kind = source.get("kind").and_then(Value::as_str);
+                self.heading(seq, time, |out| match kind {
+                    Some("user") => out.extend_from_slice(b"user"),
                     Some("plugin") => {
-                        format!(
-                            "context from {}",
-                            source
-                                .get("plugin")
-                                .and_then(Value::as_str)
-                                .unwrap_or("a plugin")
-                        )
+                        out.extend_from_slice(b"context from ");
+                        let plugin = source.get("plugin").and_then(Value::as_str);
+                        inline(out, plugin.unwrap_or("a plugin"));
                     }
-                    Some(other) => format!("user message ({other})"),
-                    None => "user message".into(),
-                };
-                self.heading(seq, &who, &time, synthetic);
-                self.blocks(seq, data.get("content"));
+                    Some(other) => {
+                        out.extend_from_slice(b"user message (");
+                        inline(out, other);
+                        out.push(b')');
+                    }
+                    None => out.extend_from_slice(b"user message"),
+                });
+                self.blocks(data.get("content"), Voice::Prose);
             }
             ("assistant/message", SurfaceEffect::Appended) => {
                 let message = data.get("message").unwrap_or(&Value::Null);
-                let model = message.get("source").map(|s| {
-                    format!(
-                        "{}/{}",
-                        s.get("provider").and_then(Value::as_str).unwrap_or("?"),
-                        s.get("model").and_then(Value::as_str).unwrap_or("?")
-                    )
+                let source = message.get("source");
+                let interrupted = data.get("interrupted") == Some(&Value::Bool(true));
+                self.heading(seq, time, |out| {
+                    out.extend_from_slice(b"assistant (");
+                    if let Some(source) = source {
+                        let part = |key| source.get(key).and_then(Value::as_str).unwrap_or("?");
+                        inline(out, part("provider"));
+                        out.push(b'/');
+                        inline(out, part("model"));
+                    }
+                    out.push(b')');
+                    if interrupted {
+                        out.extend_from_slice(" · interrupted".as_bytes());
+                    }
                 });
-                let mut who = format!("assistant ({})", model.unwrap_or_default());
-                if data.get("interrupted") == Some(&Value::Bool(true)) {
-                    who.push_str(" · interrupted");
-                }
-                self.heading(seq, &who, &time, synthetic);
                 let content = message.get("content");
                 if content.and_then(Value::as_array).is_some_and(Vec::is_empty) {
-                    self.text(seq, None, "*(no content: this step produced only usage)*");
+                    self.buffer()
+                        .extend_from_slice(b"*(no content: this step produced only usage)*\n\n");
                 } else {
-                    self.blocks(seq, content);
+                    self.blocks(content, Voice::Prose);
                 }
             }
             ("tool/result", SurfaceEffect::Appended) => {
@@ -232,91 +221,137 @@ impl TranscriptWriter {
                     .pointer("/source/callId")
                     .and_then(Value::as_str)
                     .unwrap_or("?");
-                let block = message.pointer("/content/0").unwrap_or(&Value::Null);
-                let is_error =
-                    block.get("isError") == Some(&Value::Bool(true)) || data.get("error").is_some();
-                let mut who = format!("tool result `{call}`");
-                if is_error {
-                    who.push_str(" · **error**");
-                }
-                if let Some(error) = data.get("error") {
-                    who.push_str(&format!(
-                        " {} {}",
-                        error
-                            .get("name")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default(),
-                        error
-                            .get("code")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                    ));
-                }
-                self.heading(seq, &who, &time, synthetic);
-                self.blocks(seq, block.get("content"));
+                let content = message.get("content");
+                let is_error = data.get("error").is_some()
+                    || content
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .any(|b| b.get("isError") == Some(&Value::Bool(true)));
+                let error = data.get("error");
+                self.heading(seq, time, |out| {
+                    out.extend_from_slice(b"tool result ");
+                    code_span(out, call);
+                    if is_error {
+                        out.extend_from_slice(" · **error**".as_bytes());
+                    }
+                    for key in ["name", "code"] {
+                        if let Some(part) = error.and_then(|e| e.get(key)).and_then(Value::as_str) {
+                            out.push(b' ');
+                            inline(out, part);
+                        }
+                    }
+                });
+                self.blocks(content, Voice::Output);
             }
             _ => {}
         }
     }
 
-    fn blocks(&mut self, seq: u64, content: Option<&Value>) {
+    fn blocks(&mut self, content: Option<&Value>, voice: Voice) {
         for block in content.and_then(Value::as_array).into_iter().flatten() {
+            let text = || {
+                block
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            };
             match block.get("type").and_then(Value::as_str) {
-                Some("text") => self.text(
-                    seq,
-                    None,
-                    block
-                        .get("text")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default(),
-                ),
-                Some("reasoning") => self.text(
-                    seq,
-                    Some("*reasoning:*"),
-                    block
-                        .get("text")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default(),
-                ),
+                Some("text") if voice == Voice::Output => fenced(self.buffer(), "", text()),
+                Some("text") => prose(self.buffer(), text()),
+                Some("reasoning") => {
+                    let out = self.buffer();
+                    out.extend_from_slice(b"*Reasoning:*\n\n");
+                    quoted(out, text());
+                }
                 Some("tool-call") => {
-                    let name = block.get("name").and_then(Value::as_str).unwrap_or("?");
-                    let id = block.get("id").and_then(Value::as_str).unwrap_or("?");
-                    let arguments = block
-                        .get("arguments")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    self.text(
-                        seq,
-                        Some(&format!("**tool call** `{name}` `{id}`:")),
-                        arguments,
+                    let field = |key| block.get(key).and_then(Value::as_str);
+                    tool_call(
+                        self.buffer(),
+                        field("name").unwrap_or("?"),
+                        field("id").unwrap_or("?"),
+                        field("arguments").unwrap_or_default(),
                     );
                 }
                 Some("image") => {
                     let attachment = block.get("attachment").unwrap_or(&Value::Null);
-                    let name = attachment
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("image");
-                    self.text(
-                        seq,
-                        Some("*image:*"),
-                        &format!(
-                            "{name} ({})",
-                            attachment
-                                .get("mediaType")
-                                .and_then(Value::as_str)
-                                .unwrap_or("?")
-                        ),
-                    );
+                    let field = |key, default| {
+                        attachment
+                            .get(key)
+                            .and_then(Value::as_str)
+                            .unwrap_or(default)
+                    };
+                    let image = format!("{} ({})", field("name", "image"), field("mediaType", "?"));
+                    self.labelled("Image:", &image);
                 }
-                Some("tool-result") => self.blocks(seq, block.get("content")),
-                other => self.text(
-                    seq,
-                    Some(&format!("*{} block*", other.unwrap_or("unknown"))),
-                    &block.to_string(),
-                ),
+                Some("tool-result") => self.blocks(block.get("content"), Voice::Output),
+                other => {
+                    let out = self.buffer();
+                    out.push(b'*');
+                    inline(out, other.unwrap_or("unknown"));
+                    out.extend_from_slice(b" block:*\n\n");
+                    let json =
+                        String::from_utf8(crate::json::pretty_line(block)).unwrap_or_default();
+                    fenced(out, "json", &json);
+                }
             }
         }
+    }
+}
+
+/// A tool call: its name and id, its arguments pretty-printed as JSON, then
+/// every multi-line string among them unescaped, so a patch or a script reads
+/// as it would in a file (the JSON block keeps the arguments complete, as logged).
+fn tool_call(out: &mut Vec<u8>, name: &str, id: &str, arguments: &str) {
+    out.extend_from_slice(b"**Tool call** ");
+    code_span(out, name);
+    out.extend_from_slice(" · ".as_bytes());
+    code_span(out, id);
+    out.extend_from_slice(b"\n\n");
+    if arguments.trim().is_empty() {
+        return;
+    }
+    let Ok(value) = serde_json::from_str::<Value>(arguments) else {
+        out.extend_from_slice(b"*Arguments (not valid JSON, as logged):*\n\n");
+        fenced(out, "", arguments);
+        return;
+    };
+    let json = serde_json::to_string_pretty(&value).unwrap_or_default();
+    fenced(out, "json", &json);
+    let mut path = String::new();
+    multiline_strings(&value, &mut path, &mut |path, text| {
+        code_span(out, path);
+        out.extend_from_slice(b", unescaped:\n\n");
+        fenced(out, if is_unified_diff(text) { "diff" } else { "" }, text);
+    });
+}
+
+/// Calls `found` with the path (`edits[0].text`) and value of every string in
+/// `value` that spans lines.
+fn multiline_strings(value: &Value, path: &mut String, found: &mut impl FnMut(&str, &str)) {
+    let len = path.len();
+    match value {
+        Value::String(text) if text.contains('\n') => {
+            found(if path.is_empty() { "(arguments)" } else { path }, text)
+        }
+        Value::Object(map) => {
+            for (key, item) in map {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(key);
+                multiline_strings(item, path, found);
+                path.truncate(len);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let _ = std::fmt::Write::write_fmt(path, format_args!("[{i}]"));
+                multiline_strings(item, path, found);
+                path.truncate(len);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -374,21 +409,22 @@ mod tests {
         serde_json::from_str(text).unwrap()
     }
 
+    fn text(writer: &TranscriptWriter) -> String {
+        String::from_utf8(writer.bytes().to_vec()).unwrap()
+    }
+
     #[test]
     fn renders_turns_messages_and_compaction_markers() {
         let mut writer = TranscriptWriter::new("s");
         writer.event(
             &ev(r#"{"type":"turn/start","seq":0,"time":0,"data":{"turn":1}}"#),
             &SurfaceEffect::None,
-            false,
         );
         writer.event(
             &ev(r#"{"type":"user/message","seq":1,"time":0,"data":{"content":[{"type":"text","text":"hello\nworld"}],"source":{"kind":"user"},"role":"user","id":"u"},"surfaceOp":"append"}"#),
             &SurfaceEffect::Appended,
-            false,
         );
-        writer.event(&ev(r#"{"type":"compaction/start","seq":2,"time":0,"data":{"compactionId":"c1","turn":1}}"#), &SurfaceEffect::None, false);
-        writer.event(&ev(r#"{"type":"compaction/summary","seq":3,"time":0,"data":{"compactionId":"c1","summary":[{"type":"text","text":"they greeted"}]}}"#), &SurfaceEffect::None, false);
+        writer.event(&ev(r#"{"type":"compaction/summary","seq":3,"time":0,"data":{"compactionId":"c1","summary":[{"type":"text","text":"they greeted"}]}}"#), &SurfaceEffect::None);
         let replacement = SurfaceEffect::Replaced(Replacement {
             seq: 4,
             start: 1,
@@ -398,19 +434,40 @@ mod tests {
         writer.event(
             &ev(r#"{"type":"user/message","seq":4,"time":0,"data":{"content":[],"source":{"kind":"plugin","plugin":"compact","compactionId":"c1"},"role":"user","id":"x"},"surfaceOp":{"op":"replace","start":1,"end":1},"sourceEventSeqs":[1,2,3]}"#),
             &replacement,
-            false,
         );
-        let text = String::from_utf8(writer.bytes().to_vec()).unwrap();
-        assert!(text.contains("## Turn 1"));
-        assert!(text.contains("[t1 #1] hello\n    world\n"));
-        assert!(text.contains("context compacted"));
+        let text = text(&writer);
+        assert!(text.starts_with("# Transcript of s\n\n## Turn 1\n\n"));
+        assert!(text.contains("### [t1 #1] user · 1970-01-01T00:00:00.000Z\n\nhello\nworld\n\n"));
+        assert!(text.contains("### [t1 #4] context compacted · "));
+        assert!(text.contains(
+            "**Summary** (written by the model, not said by the user):\n\n> they greeted\n\n"
+        ));
+    }
+
+    #[test]
+    fn tool_calls_show_json_and_unescaped_patches_and_results_are_fenced() {
+        let mut writer = TranscriptWriter::new("s");
+        let patch = "--- a/x.go\n+++ b/x.go\n@@ -1 +1 @@\n-a\n+b\n";
+        let call = serde_json::json!({"type":"assistant/message","seq":5,"time":0,"data":{"message":{"role":"assistant","content":[
+            {"type":"reasoning","text":"think\n```"},
+            {"type":"tool-call","id":"c1","name":"apply_patch","arguments":serde_json::json!({"patch": patch}).to_string()},
+            {"type":"tool-call","id":"c2","name":"sh","arguments":"{\"cmd\":"}
+        ]}}});
+        writer.event(call.as_object().unwrap(), &SurfaceEffect::Appended);
+        let result = serde_json::json!({"type":"tool/result","seq":6,"time":0,"data":{"message":{"role":"user","source":{"kind":"tool","callId":"c1"},"content":[
+            {"type":"tool-result","toolCallId":"c1","isError":true,"content":[{"type":"text","text":"\u{1b}[31mFAIL\u{1b}[0m\n```\n# not a heading"}]}
+        ]}}});
+        writer.event(result.as_object().unwrap(), &SurfaceEffect::Appended);
+        let text = text(&writer);
+        assert!(text.contains("*Reasoning:*\n\n> think\n> ```\n\n"));
+        assert!(text.contains(
+            "**Tool call** `apply_patch` · `c1`\n\n```json\n{\n  \"patch\": \"--- a/x.go\\n+++ b/x.go\\n@@ -1 +1 @@\\n-a\\n+b\\n\"\n}\n```\n\n"
+        ));
+        assert!(text.contains(&format!("`patch`, unescaped:\n\n```diff\n{patch}```\n\n")));
         assert!(
-            text.contains("**Summary (written by the model, not said by the user):** they greeted")
+            text.contains("*Arguments (not valid JSON, as logged):*\n\n```\n{\"cmd\":\n```\n\n")
         );
-        assert!(
-            writer
-                .unfinished_note()
-                .starts_with(b"> **Unfinished compaction** `c1`")
-        );
+        assert!(text.contains("### [#6] tool result `c1` · **error** · "));
+        assert!(text.ends_with("````\nFAIL\n```\n# not a heading\n````\n\n"));
     }
 }

@@ -17,7 +17,6 @@ use crate::model::Refusal;
 use crate::model::fold::{CHUNK_TYPE, SessionFold};
 use crate::model::header::SessionHeader;
 use crate::model::quick::Scanned;
-use crate::model::surface::SurfaceEffect;
 use crate::render::transcript::TranscriptWriter;
 use crate::render::{Standing, event_file, header_json, index_line, surface_line};
 use crate::store::{Backend, EventLoc, Listing, Revision, ScanEnd, ScanPoint, SessionKey};
@@ -94,6 +93,9 @@ pub struct Indexed {
     cache: Vec<(ViewFile, Content)>,
     /// Bumped whenever a file is rewritten rather than extended.
     lineage: u64,
+    /// The transcript's own lineage: it never shows closers, so only a re-read
+    /// log whose transcript no longer extends the old one rewrites it.
+    transcript_lineage: u64,
     /// When the log last grew while followed.
     grown_at: Option<Instant>,
 }
@@ -242,6 +244,7 @@ impl SessionView {
             closers: Vec::new(),
             cache: Vec::new(),
             lineage: 0,
+            transcript_lineage: 0,
             grown_at: None,
         });
         match indexed.extend(backend, &self.key) {
@@ -295,7 +298,11 @@ impl SessionView {
             if continued {
                 self.revision = revision;
             } else {
-                self.state = self.rebuild(backend);
+                let rebuilt = self.rebuild(backend);
+                let previous = std::mem::replace(&mut self.state, rebuilt);
+                if let (State::Indexed(old), State::Indexed(new)) = (&previous, &mut self.state) {
+                    new.succeed(old);
+                }
             }
         }
         let quiet = self.quiet();
@@ -499,7 +506,7 @@ impl Indexed {
             let folded = fold.observe_scanned(&mut scanned)?;
             let meta = match &scanned {
                 Scanned::Event(event) => {
-                    transcript.event(event, &folded.effect, false);
+                    transcript.event(event, &folded.effect);
                     let event_type = event
                         .get("type")
                         .and_then(Value::as_str)
@@ -554,6 +561,18 @@ impl Indexed {
         self.closers = closers;
         self.changed(removed);
         true
+    }
+
+    /// Continues the lineages of the view this re-read replaces: the transcript
+    /// keeps its lineage when it still starts with what readers saw, so they
+    /// read on (`tail -f`); every other file counts as rewritten.
+    fn succeed(&mut self, old: &Indexed) {
+        self.lineage = old.lineage + 1;
+        self.transcript_lineage = if self.transcript.bytes().starts_with(old.transcript.bytes()) {
+            old.transcript_lineage
+        } else {
+            old.transcript_lineage + 1
+        };
     }
 
     /// Drops cached files; `rewritten` when content was replaced, not extended.
@@ -667,6 +686,7 @@ impl Indexed {
         // The surface is rewritten, not extended, whenever a replacement lands.
         let lineage = match which {
             ViewFile::Surface => self.lineage + (self.fold.surface().replace_generation() << 32),
+            ViewFile::Transcript => self.transcript_lineage,
             _ => self.lineage,
         };
         let content = Content { bytes, lineage };
@@ -674,30 +694,18 @@ impl Indexed {
         Ok(content)
     }
 
+    /// The transcript shows logged events only (never the closers, which give
+    /// way when the log grows), so it only ever grows while the log does.
     fn transcript_bytes(&self) -> Arc<Vec<u8>> {
-        let note = self.transcript.unfinished_note();
         // At rest, the file shares the writer's buffer, so the transcript is held
         // once. A growing log copies it instead: the writer appends on every batch,
         // and a shared buffer would be copied then, once per batch, not per render.
         let growing = self.grown_at.is_some_and(|t| t.elapsed() < GROWING_FOR);
-        if self.closers.is_empty() && note.is_empty() && !growing {
-            return self.transcript.shared();
+        if growing {
+            Arc::new(self.transcript.bytes().to_vec())
+        } else {
+            self.transcript.shared()
         }
-        let mut bytes = self.transcript.bytes().to_vec();
-        if !self.closers.is_empty() {
-            let mut tail = self.transcript.continuation();
-            for closer in &self.closers {
-                let effect = if closer.contains_key("surfaceOp") {
-                    SurfaceEffect::Appended
-                } else {
-                    SurfaceEffect::None
-                };
-                tail.event(closer, &effect, true);
-            }
-            bytes.extend_from_slice(tail.bytes());
-        }
-        bytes.extend(note);
-        Arc::new(bytes)
     }
 
     /// Surface nodes in order, including synthetic tool results.
@@ -762,5 +770,47 @@ impl Indexed {
             ));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+
+    fn turn(seq: u64, turn: u64, text: &str) -> Vec<JsonMap> {
+        [
+            serde_json::json!({"type": "turn/start", "seq": seq, "time": 1, "data": {"turn": turn}}),
+            serde_json::json!({"type": "step/start", "seq": seq + 1, "time": 2, "data": {"turn": turn, "step": 1}}),
+            serde_json::json!({"type": "user/message", "seq": seq + 2, "time": 3, "data": {"content": [{"type": "text", "text": text}], "source": {"kind": "user"}, "role": "user", "id": format!("u{seq}")}, "surfaceOp": "append"}),
+            serde_json::json!({"type": "step/end", "seq": seq + 3, "time": 4, "data": {"turn": turn, "step": 1}}),
+            serde_json::json!({"type": "turn/end", "seq": seq + 4, "time": 5, "data": {"turn": turn, "reason": {"kind": "completed"}}}),
+        ]
+        .into_iter()
+        .map(|v| v.as_object().cloned().unwrap())
+        .collect()
+    }
+
+    fn indexed(events: Vec<JsonMap>) -> Box<Indexed> {
+        let store = MemoryStore::default();
+        let header = SessionHeader::new("s", 1);
+        store.insert(header.clone(), events);
+        let listing = Listing::of(header, SessionKey::Row("s".into()));
+        match SessionView::load(&store, &listing, Duration::from_secs(60)).state {
+            State::Indexed(indexed) => indexed,
+            State::Unreadable(u) => panic!("{}", u.reason.message()),
+        }
+    }
+
+    #[test]
+    fn a_reread_keeps_the_transcript_lineage_only_when_it_extends_the_old_one() {
+        let first = indexed(turn(0, 1, "hello"));
+        let mut grown = indexed([turn(0, 1, "hello"), turn(5, 2, "more")].concat());
+        grown.succeed(&first);
+        assert_eq!(grown.transcript_lineage, first.transcript_lineage);
+        assert_ne!(grown.lineage, first.lineage);
+        let mut rewritten = indexed(turn(0, 1, "goodbye"));
+        rewritten.succeed(&first);
+        assert_ne!(rewritten.transcript_lineage, first.transcript_lineage);
     }
 }
