@@ -845,8 +845,8 @@ fn best_rate(path: &Path, n: usize) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// Figure 4: warm sequential read of a ~100 MiB generated file (128 KiB reads,
-/// as `cat` does) against the same bytes in a tmpfs file, measured right after.
+/// Figure 4: warm sequential read of a ~100 MiB generated file (reads of its
+/// st_blksize, as `cat` does) against the same bytes in a tmpfs file, measured right after.
 fn figure_throughput(
     bench: &mut Bench,
     store: &Store,
