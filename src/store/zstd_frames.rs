@@ -484,10 +484,20 @@ mod tests {
 
     #[test]
     fn reading_ahead_gives_what_reading_in_turn_gives() {
-        // Frames of varied sizes, well over the size that is read ahead.
+        // Frames of varied sizes that compress poorly, so that they fill many
+        // batches and the decompressing threads finish them out of order.
         let mut artifact = Vec::new();
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
         for k in 0..4000usize {
-            let line = format!("{{\"k\":{k},\"pad\":\"{}\"}}\n", "x".repeat(k % 700));
+            let pad: String = (0..k % 700)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1);
+                    char::from(b'a' + (state >> 59) as u8)
+                })
+                .collect();
+            let line = format!("{{\"k\":{k},\"pad\":\"{pad}\"}}\n");
             artifact.extend(encode_frame(line.as_bytes()).unwrap());
         }
         let whole = artifact.len();
