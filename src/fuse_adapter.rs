@@ -77,7 +77,9 @@ fn file_attr(attr: &Attr) -> FileAttr {
         uid: attr.uid,
         gid: attr.gid,
         rdev: 0,
-        blksize: 128 << 10,
+        // `cat` and `cp` read in blocks of this size: one FUSE request each
+        // (the kernel's max_pages allows 1 MiB) rather than eight.
+        blksize: 1 << 20,
         flags: 0,
     }
 }
@@ -127,6 +129,9 @@ impl Filesystem for FuseAdapter {
         // A growing file's cached pages are dropped when its size or mtime changes.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
         let _ = config.set_max_readahead(1 << 20);
+        // Files that can be rewritten are read with direct I/O (each descriptor
+        // its own snapshot); this lets them be mapped all the same (Linux 6.6+).
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         // `ls -l` of the root gets each session's attributes with the listing.
         let _ = config.add_capabilities(
             fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,

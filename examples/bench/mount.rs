@@ -211,7 +211,12 @@ pub fn read_file(path: &Path) -> (f64, u64) {
     let started = Instant::now();
     let mut file =
         fs::File::open(path).unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
-    let mut buffer = vec![0u8; 128 << 10];
+    // As `cat` does: blocks of the file's st_blksize, at least 128 KiB.
+    let block = {
+        use std::os::unix::fs::MetadataExt;
+        file.metadata().map_or(0, |m| m.blksize()).max(128 << 10)
+    };
+    let mut buffer = vec![0u8; block as usize];
     let mut total = 0u64;
     loop {
         let n = file

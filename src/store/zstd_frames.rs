@@ -236,7 +236,7 @@ pub enum Frames<T> {
     Ended(FramesEnd),
 }
 
-/// Plaintext handed from the decompressing thread to the reading one: whole
+/// Plaintext handed from a decompressing thread to the reading one: whole
 /// frames, batched so that the hand-over costs little per frame.
 #[derive(Default)]
 struct Batch {
@@ -246,14 +246,30 @@ struct Batch {
     end: Option<io::Result<FramesEnd>>,
 }
 
-/// Plaintext per batch: large enough to amortise the hand-over, small enough
-/// that the few batches in flight stay in the CPU cache.
-const BATCH_BYTES: usize = 256 << 10;
+/// Compressed frames cut from the artifact, in order, for one decompressing
+/// thread; the `end` of the artifact rides on the batch it follows.
+struct Work {
+    index: usize,
+    compressed: Vec<u8>,
+    lengths: Vec<usize>,
+    end: Option<io::Result<FramesEnd>>,
+}
+
+/// Compressed bytes per batch: large enough to amortise the hand-over, small
+/// enough that the few batches in flight stay in the CPU cache.
+const BATCH_BYTES: usize = 128 << 10;
+
+/// Threads that decompress batches of frames: one per core (frames are
+/// independent), up to a few.
+fn decoders() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, 8))
+}
 
 /// Reads the frames of `source` in order and hands each complete frame's
 /// compressed length and plaintext to `frame`, until it breaks or the frames end.
-/// With `ahead`, frames are decompressed on a second thread while `frame` works
-/// on earlier ones: a large artifact is read in the time of the slower side.
+/// With `ahead`, batches of frames are decompressed on one thread per core while
+/// `frame` works on earlier ones, and handed over in the artifact's order: a
+/// large artifact is read in the time of the slower side.
 pub fn read_frames<R: Read + Send, T>(
     source: R,
     ahead: bool,
@@ -278,77 +294,129 @@ pub fn read_frames<R: Read + Send, T>(
             return Ok(Frames::Ended(piece));
         }
     }
+    let decoders = decoders();
+    let (work, queue) = mpsc::channel::<Work>();
+    let queue = std::sync::Mutex::new(queue);
     std::thread::scope(|scope| {
-        let (batches, received) = mpsc::sync_channel::<Batch>(2);
-        let (recycle, recycled) = mpsc::channel::<Batch>();
-        scope.spawn(move || decode_ahead(source, batches, recycled));
-        for mut batch in received.iter() {
+        // A batch in flight holds a token until it has been read: at most this
+        // many are decompressed ahead of the reader, whatever the order they
+        // finish in.
+        let in_flight = 2 * decoders + 1;
+        let (tokens, token) = mpsc::sync_channel::<()>(in_flight);
+        for _ in 0..in_flight {
+            let _ = tokens.send(());
+        }
+        let (done, decoded) = mpsc::channel::<(usize, Batch)>();
+        scope.spawn(move || split_frames(source, work, token));
+        for _ in 0..decoders {
+            let done = done.clone();
+            let queue = &queue;
+            scope.spawn(move || decode_batches(queue, done));
+        }
+        drop(done);
+        let mut waiting = std::collections::BTreeMap::new();
+        for next in 0.. {
+            let batch = loop {
+                if let Some(batch) = waiting.remove(&next) {
+                    break batch;
+                }
+                let Ok((index, batch)) = decoded.recv() else {
+                    return Err(io::Error::other("the decompressing threads stopped"));
+                };
+                waiting.insert(index, batch);
+            };
+            let Batch {
+                plaintext,
+                frames,
+                end,
+            } = batch;
             let mut start = 0;
-            for &(compressed, end) in &batch.frames {
-                if let ControlFlow::Break(stopped) = frame(compressed, &batch.plaintext[start..end])
-                {
+            for (compressed, end) in frames {
+                if let ControlFlow::Break(stopped) = frame(compressed, &plaintext[start..end]) {
                     return Ok(Frames::Stopped(stopped));
                 }
                 start = end;
             }
-            if let Some(end) = batch.end.take() {
+            if let Some(end) = end {
                 return end.map(Frames::Ended);
             }
-            batch.plaintext.clear();
-            batch.frames.clear();
-            let _ = recycle.send(batch);
+            let _ = tokens.send(());
         }
-        Err(io::Error::other("the decompressing thread stopped"))
+        unreachable!("batches are numbered without end")
     })
 }
 
-/// The decompressing side of `read_frames`: stops when the reading side hangs up.
-fn decode_ahead<R: Read>(
-    source: R,
-    batches: mpsc::SyncSender<Batch>,
-    recycled: mpsc::Receiver<Batch>,
-) {
+/// Cuts the artifact into batches of whole compressed frames (a structural scan,
+/// nothing decompressed); stops when the reading side hangs up.
+fn split_frames<R: Read>(source: R, work: mpsc::Sender<Work>, token: mpsc::Receiver<()>) {
     let mut frames = FrameReader::new(source);
-    let mut decoder = match FrameDecoder::new() {
-        Ok(decoder) => decoder,
-        Err(why) => {
-            let end = Some(Err(io::Error::other(why)));
-            let _ = batches.send(Batch {
-                end,
-                ..Batch::default()
-            });
+    for index in 0.. {
+        if token.recv().is_err() {
             return;
         }
-    };
-    let mut batch = Batch::default();
-    loop {
-        let end = match frames.next_frame() {
-            Ok(Frame::Complete(bytes)) => match decoder.decode(bytes) {
-                Ok(plaintext) => {
-                    batch.plaintext.extend_from_slice(plaintext);
-                    batch
-                        .frames
-                        .push((bytes.len() as u64, batch.plaintext.len()));
-                    if batch.plaintext.len() < BATCH_BYTES {
-                        continue;
-                    }
-                    let full =
-                        std::mem::replace(&mut batch, recycled.try_recv().unwrap_or_default());
-                    if batches.send(full).is_err() {
-                        return;
-                    }
-                    continue;
-                }
-                Err(_) => Ok(FramesEnd::Undecodable),
-            },
-            Ok(Frame::Torn(bytes)) => Ok(FramesEnd::Torn(bytes.to_vec())),
-            Ok(Frame::Corrupt(why)) => Ok(FramesEnd::Corrupt(why)),
-            Ok(Frame::End) => Ok(FramesEnd::End),
-            Err(e) => Err(e),
+        let mut batch = Work {
+            index,
+            compressed: Vec::with_capacity(BATCH_BYTES + (BATCH_BYTES >> 2)),
+            lengths: Vec::new(),
+            end: None,
         };
-        batch.end = Some(end);
-        let _ = batches.send(batch);
-        return;
+        while batch.end.is_none() && batch.compressed.len() < BATCH_BYTES {
+            match frames.next_frame() {
+                Ok(Frame::Complete(bytes)) => {
+                    batch.compressed.extend_from_slice(bytes);
+                    batch.lengths.push(bytes.len());
+                }
+                Ok(Frame::Torn(bytes)) => batch.end = Some(Ok(FramesEnd::Torn(bytes.to_vec()))),
+                Ok(Frame::Corrupt(why)) => batch.end = Some(Ok(FramesEnd::Corrupt(why))),
+                Ok(Frame::End) => batch.end = Some(Ok(FramesEnd::End)),
+                Err(e) => batch.end = Some(Err(e)),
+            }
+        }
+        let last = batch.end.is_some();
+        if work.send(batch).is_err() || last {
+            return;
+        }
+    }
+}
+
+/// One decompressing thread: takes the next batch of frames, decompresses it,
+/// hands it back; stops when the batches end or the reading side hangs up. A
+/// frame that does not decompress ends its batch, and the artifact with it.
+fn decode_batches(
+    queue: &std::sync::Mutex<mpsc::Receiver<Work>>,
+    done: mpsc::Sender<(usize, Batch)>,
+) {
+    let mut decoder = FrameDecoder::new();
+    loop {
+        let next = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
+        let Ok(work) = next else { return };
+        let mut batch = Batch::default();
+        match &mut decoder {
+            Err(why) => batch.end = Some(Err(io::Error::other(why.clone()))),
+            Ok(decoder) => {
+                let mut start = 0;
+                for &len in &work.lengths {
+                    let bytes = &work.compressed[start..start + len];
+                    start += len;
+                    match decoder.decode(bytes) {
+                        Ok(plaintext) => {
+                            batch.plaintext.extend_from_slice(plaintext);
+                            batch.frames.push((len as u64, batch.plaintext.len()));
+                        }
+                        Err(_) => {
+                            batch.end = Some(Ok(FramesEnd::Undecodable));
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if batch.end.is_none() {
+            batch.end = work.end;
+        }
+        if done.send((work.index, batch)).is_err() {
+            return;
+        }
     }
 }
 
@@ -416,10 +484,20 @@ mod tests {
 
     #[test]
     fn reading_ahead_gives_what_reading_in_turn_gives() {
-        // Frames of varied sizes, well over the size that is read ahead.
+        // Frames of varied sizes that compress poorly, so that they fill many
+        // batches and the decompressing threads finish them out of order.
         let mut artifact = Vec::new();
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
         for k in 0..4000usize {
-            let line = format!("{{\"k\":{k},\"pad\":\"{}\"}}\n", "x".repeat(k % 700));
+            let pad: String = (0..k % 700)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1);
+                    char::from(b'a' + (state >> 59) as u8)
+                })
+                .collect();
+            let line = format!("{{\"k\":{k},\"pad\":\"{pad}\"}}\n");
             artifact.extend(encode_frame(line.as_bytes()).unwrap());
         }
         let whole = artifact.len();
