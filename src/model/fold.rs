@@ -109,7 +109,7 @@ impl SessionFold {
     pub fn observe_scanned(&mut self, event: &Scanned) -> Result<SurfaceEffect, Refusal> {
         match event {
             Scanned::Event(event) => self.observe(event),
-            Scanned::Chunk { seq, time } => {
+            Scanned::Chunk { seq, time, .. } => {
                 // A quick-read chunk has a valid envelope and no surface markers,
                 // so of every check only contiguity remains.
                 self.surface.advance(*seq).map_err(|why| {

@@ -8,6 +8,7 @@ pub mod header;
 pub mod ids;
 pub mod quick;
 pub mod repair;
+pub mod steps;
 pub mod surface;
 pub mod validate;
 
