@@ -6,6 +6,10 @@
 //! last pass stopped. Other files are rendered on demand from the index,
 //! fetching the events they need, and cached until the session changes.
 
+mod steps;
+
+pub use steps::CallFile;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -17,6 +21,7 @@ use crate::model::Refusal;
 use crate::model::fold::{CHUNK_TYPE, SessionFold};
 use crate::model::header::SessionHeader;
 use crate::model::quick::Scanned;
+use crate::model::steps::StepScan;
 use crate::model::surface::SurfaceEffect;
 use crate::render::transcript::TranscriptWriter;
 use crate::render::{Standing, event_file, header_json, index_line, surface_line};
@@ -75,6 +80,10 @@ pub struct Indexed {
     /// Synthetic closers, present while the log ends inside a turn and is quiet.
     closers: Vec<JsonMap>,
     cache: Vec<(ViewFile, Content)>,
+    /// The model calls (`steps/`), found during the scan.
+    steps: StepScan,
+    /// The last few call files read: each is rendered on demand, never all at once.
+    call_cache: Vec<(usize, CallFile, Content)>,
     /// Bumped whenever a file is rewritten rather than extended.
     lineage: u64,
     /// When the log last grew while followed.
@@ -167,6 +176,10 @@ impl SessionView {
                         .filter(|(_, c)| !Arc::ptr_eq(&c.bytes, &transcript))
                         .map(|(_, c)| c.bytes.capacity())
                         .sum::<usize>()
+                    + i.call_cache
+                        .iter()
+                        .map(|(_, _, c)| c.bytes.capacity())
+                        .sum::<usize>()
             }
             State::Unreadable(_) => 0,
         }
@@ -208,6 +221,8 @@ impl SessionView {
             transcript: TranscriptWriter::new(&self.id),
             closers: Vec::new(),
             cache: Vec::new(),
+            steps: StepScan::default(),
+            call_cache: Vec::new(),
             lineage: 0,
             grown_at: None,
         });
@@ -249,6 +264,7 @@ impl SessionView {
                     // Cached files are stale now; dropped first, the transcript they
                     // share is extended in place rather than copied.
                     indexed.cache.clear();
+                    indexed.call_cache.clear();
                     let before = indexed.events.len();
                     let extended = indexed.extend(backend, &self.key).is_ok();
                     if extended && indexed.events.len() != before {
@@ -398,6 +414,7 @@ impl Indexed {
     fn extend(&mut self, backend: &dyn Backend, key: &SessionKey) -> Result<(), Refusal> {
         let Indexed {
             fold,
+            steps,
             events,
             types,
             type_parts,
@@ -418,6 +435,7 @@ impl Indexed {
         let mut chunk_type = None;
         let mut sink = |loc: EventLoc, scanned: Scanned| -> Result<(), Refusal> {
             let effect = fold.observe_scanned(&scanned)?;
+            steps.observe(&scanned, &effect);
             let meta = match &scanned {
                 Scanned::Event(event) => {
                     transcript.event(event, &effect, false);
@@ -477,6 +495,7 @@ impl Indexed {
     /// Drops cached files; `rewritten` when content was replaced, not extended.
     fn changed(&mut self, rewritten: bool) {
         self.cache.clear();
+        self.call_cache.clear();
         if rewritten {
             self.lineage += 1;
         }
