@@ -5,8 +5,11 @@
 //!
 //! `ino = slot << 40 | local`, with slot 0 for the mount root's own entries
 //! (1 = the root, 2 = the root `flush` file), and within a session `local` =
-//! 1 directory, 2..=11 its fixed files, `1 << 32 | seq` an event file and
-//! `2 << 32 | child slot` a symlink in `children/`.
+//! 1 directory, 2..=12 its fixed files, `1 << 32 | seq` an event file,
+//! `2 << 32 | child slot` a symlink in `children/`, `3 << 32 | call` a call's
+//! directory in `steps/` and `4 << 32 | call << 1 | file` one of its files.
+
+use crate::view::CallFile;
 
 pub const ROOT: u64 = 1;
 pub const ROOT_FLUSH: u64 = 2;
@@ -15,6 +18,8 @@ const SLOT_SHIFT: u32 = 40;
 const LOCAL_MASK: u64 = (1 << SLOT_SHIFT) - 1;
 const EVENT_BASE: u64 = 1 << 32;
 const CHILD_BASE: u64 = 2 << 32;
+const CALL_BASE: u64 = 3 << 32;
+const CALL_FILE_BASE: u64 = 4 << 32;
 
 /// A node inside one session's directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +37,10 @@ pub enum Node {
     Children,
     Event(u64),
     Child(u32),
+    Steps,
+    /// The directory of model call `n` (its index in call order) in `steps/`.
+    Call(u32),
+    CallFile(u32, CallFile),
 }
 
 /// What an inode number names.
@@ -42,7 +51,7 @@ pub enum Ino {
     Session(u32, Node),
 }
 
-const FIXED: [(Node, u64); 11] = [
+const FIXED: [(Node, u64); 12] = [
     (Node::Dir, 1),
     (Node::Header, 2),
     (Node::Events, 3),
@@ -54,6 +63,7 @@ const FIXED: [(Node, u64); 11] = [
     (Node::Error, 9),
     (Node::Parent, 10),
     (Node::Children, 11),
+    (Node::Steps, 12),
 ];
 
 impl Ino {
@@ -65,6 +75,11 @@ impl Ino {
                 let local = match node {
                     Node::Event(seq) => EVENT_BASE | (seq & (EVENT_BASE - 1)),
                     Node::Child(child) => CHILD_BASE | u64::from(child),
+                    Node::Call(call) => CALL_BASE | u64::from(call),
+                    Node::CallFile(call, file) => {
+                        let bit = u64::from(file == CallFile::Request);
+                        CALL_FILE_BASE | (u64::from(call) & ((EVENT_BASE - 1) >> 1)) << 1 | bit
+                    }
                     fixed => FIXED
                         .iter()
                         .find(|(n, _)| *n == fixed)
@@ -86,6 +101,15 @@ impl Ino {
         let node = match local >> 32 {
             1 => Node::Event(local & (EVENT_BASE - 1)),
             2 => Node::Child(u32::try_from(local & (EVENT_BASE - 1)).ok()?),
+            3 => Node::Call(u32::try_from(local & (EVENT_BASE - 1)).ok()?),
+            4 => {
+                let call = u32::try_from((local & (EVENT_BASE - 1)) >> 1).ok()?;
+                let file = match local & 1 {
+                    0 => CallFile::Messages,
+                    _ => CallFile::Request,
+                };
+                Node::CallFile(call, file)
+            }
             0 => FIXED.iter().find(|(_, l)| *l == local)?.0,
             _ => return None,
         };
@@ -107,6 +131,12 @@ mod tests {
             Ino::Session(7, Node::Event(0)),
             Ino::Session(7, Node::Event(1_307_072)),
             Ino::Session(9_999, Node::Child(3)),
+            Ino::Session(7, Node::Steps),
+            Ino::Session(7, Node::Call(0)),
+            Ino::Session(7, Node::Call(3)),
+            Ino::Session(7, Node::CallFile(3, CallFile::Messages)),
+            Ino::Session(7, Node::CallFile(3, CallFile::Request)),
+            Ino::Session(7, Node::CallFile((1 << 31) - 1, CallFile::Request)),
         ];
         let numbers: Vec<u64> = samples.iter().map(|i| i.encode()).collect();
         for (ino, n) in samples.iter().zip(&numbers) {

@@ -4,6 +4,7 @@
 
 pub mod control;
 pub mod inode;
+mod steps;
 pub mod writeback;
 
 use std::collections::{BTreeMap, HashMap};
@@ -150,7 +151,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-const SESSION_FILES: [(&str, Node); 8] = [
+const SESSION_FILES: [(&str, Node); 9] = [
     ("header.json", Node::Header),
     ("events", Node::Events),
     ("surface.jsonl", Node::Surface),
@@ -159,6 +160,7 @@ const SESSION_FILES: [(&str, Node); 8] = [
     ("fork", Node::Fork),
     ("flush", Node::Flush),
     ("children", Node::Children),
+    ("steps", Node::Steps),
 ];
 
 impl SessionFs {
@@ -357,6 +359,7 @@ impl SessionFs {
             Node::Surface,
             Node::Transcript,
             Node::Index,
+            Node::Steps,
         ]
         .into_iter()
         .map(move |node| Ino::Session(number, node).encode())
@@ -560,6 +563,9 @@ impl SessionFs {
         let size_of = |content: Content| content.bytes.len() as u64;
         let attr = match node {
             Node::Dir | Node::Events | Node::Children => self.attr(ino, Kind::Dir, 0, 0o555, mtime),
+            Node::Steps | Node::Call(_) | Node::CallFile(..) => {
+                self.steps_attr(&slot, view, ino, node, mtime)?
+            }
             Node::Parent | Node::Child(_) => {
                 let target = self.symlink_target(&slot, view, node)?;
                 self.attr(ino, Kind::Symlink, target.len() as u64, 0o777, mtime)
@@ -628,6 +634,9 @@ impl SessionFs {
                 .is_some(),
             Node::Event(seq) => seq < view.event_count(),
             Node::Child(child) => self.children_of(&slot.id).contains(&child),
+            Node::Steps | Node::Call(_) | Node::CallFile(..) => {
+                Self::steps_node_present(view, node)
+            }
         }
     }
 
@@ -721,6 +730,9 @@ impl SessionFs {
                     )));
                 }
                 self.getattr(Ino::Session(number, Node::Child(child)).encode())
+            }
+            Ino::Session(number, node @ (Node::Steps | Node::Call(_))) => {
+                self.steps_lookup(number, node, name)
             }
             _ => Err(Error::NotDir(format!("inode {parent} is not a directory"))),
         }
@@ -821,7 +833,7 @@ impl SessionFs {
                     }
                 };
                 for (name, node) in SESSION_FILES {
-                    let kind = if matches!(node, Node::Events | Node::Children) {
+                    let kind = if matches!(node, Node::Events | Node::Children | Node::Steps) {
                         Kind::Dir
                     } else {
                         Kind::File
@@ -846,6 +858,9 @@ impl SessionFs {
                         })
                     })
                     .collect())
+            }
+            Ino::Session(number, node @ (Node::Steps | Node::Call(_))) => {
+                self.steps_list(number, node)
             }
             _ => Err(Error::NotDir("not a directory".into())),
         }
@@ -933,6 +948,12 @@ impl SessionFs {
                 Ok(content)
             }
             Node::Error => Ok(static_content(view.error_text().unwrap_or_default())),
+            Node::CallFile(call, file) => {
+                let content = self.call_content(&slot, view, call, file)?;
+                drop(guard);
+                self.evict_beyond_budget(&slot);
+                Ok(content)
+            }
             Node::Event(seq) => {
                 let indexed = view
                     .indexed()
@@ -1199,7 +1220,7 @@ pub fn is_rewritable(ino: u64) -> bool {
         Ino::decode(ino),
         Some(Ino::Session(
             _,
-            Node::Header | Node::Surface | Node::Transcript | Node::Index
+            Node::Header | Node::Surface | Node::Transcript | Node::Index | Node::CallFile(..)
         ))
     )
 }
