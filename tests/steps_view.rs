@@ -62,7 +62,7 @@ fn check_store(backend: &dyn Backend, refused: &[&str]) -> usize {
             panic!("{id} is unreadable: {why:?}");
         };
         let want = expected_calls(&expected);
-        assert_eq!(indexed.calls().len(), want.len(), "{id}: number of calls");
+        assert_eq!(indexed.call_count(), want.len(), "{id}: number of calls");
         let mut names = Vec::new();
         for (index, want) in want.iter().enumerate() {
             let name = indexed.call_name(index).unwrap();
@@ -133,4 +133,50 @@ fn every_fixture_call_matches_the_harness_in_every_store_format() {
         let checked = check_store(backend.as_ref(), refused);
         assert_eq!(checked, 15 - refused.len(), "{format}: sessions checked");
     }
+}
+
+/// A log that ends inside a step before any response: once quiet, the step's
+/// call is shown with the whole log as its prefix and no response logged; while
+/// the log may still grow, it is not listed (its boundary would move).
+#[test]
+fn a_quiet_log_ending_before_a_response_shows_an_unanswered_call() {
+    let events: Vec<sessionfs::json::JsonMap> = [
+        r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#,
+        r#"{"type":"step/start","seq":1,"time":2,"data":{"turn":1,"step":1}}"#,
+        r#"{"type":"user/message","seq":2,"time":3,"data":{"id":"u1","role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"hi"}]},"surfaceOp":"append"}"#,
+        r#"{"type":"request/header","seq":3,"time":4,"data":{"header":{"config":{"provider":"p","model":"m"}},"reason":"initial"}}"#,
+    ]
+    .iter()
+    .map(|line| serde_json::from_str(line).unwrap())
+    .collect();
+    let store = sessionfs::store::memory::MemoryStore::default();
+    store.insert(
+        sessionfs::model::header::SessionHeader::new("cut", 1),
+        events,
+    );
+    let listing = store.list().remove(0);
+
+    let mut growing = SessionView::load(&store, &listing, Duration::from_secs(3600));
+    assert_eq!(growing.indexed_mut().unwrap().call_count(), 0);
+
+    let mut quiet = SessionView::load(&store, &listing, Duration::ZERO);
+    let key = quiet.key.clone();
+    let indexed = quiet.indexed_mut().unwrap();
+    assert_eq!(indexed.call_count(), 1);
+    let name = indexed.call_name(0).unwrap();
+    assert_eq!(name, "00000003-t1.s1");
+    assert_eq!(indexed.call_by_name(&name), Some(0));
+    let request = indexed
+        .call_file(&store, &key, 0, CallFile::Request)
+        .unwrap();
+    let request: Value = serde_json::from_slice(&request.bytes).unwrap();
+    assert_eq!(request["responseLogged"], false);
+    assert_eq!(request["boundarySeq"], 3);
+    assert_eq!(request["firstResponseSeq"], Value::Null);
+    assert!(request["note"].as_str().unwrap().contains("cannot tell"));
+    assert_eq!(request["request"]["config"]["model"], "m");
+    let messages = indexed
+        .call_file(&store, &key, 0, CallFile::Messages)
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&messages.bytes).lines().count(), 1);
 }

@@ -12,7 +12,7 @@ use crate::view::{CallFile, Content, SessionView};
 impl SessionFs {
     /// Whether a node of `steps/` exists: only a readable session has steps.
     pub(super) fn steps_node_present(view: &SessionView, node: Node) -> bool {
-        let calls = view.indexed().map_or(0, |i| i.calls().len());
+        let calls = view.indexed().map_or(0, |i| i.call_count());
         match node {
             Node::Steps => view.indexed().is_some(),
             Node::Call(call) | Node::CallFile(call, _) => (call as usize) < calls,
@@ -92,7 +92,7 @@ impl SessionFs {
             .indexed()
             .ok_or_else(|| Error::NotFound("no steps".into()))?;
         Ok(match node {
-            Node::Steps => (0..indexed.calls().len())
+            Node::Steps => (0..indexed.call_count())
                 .filter_map(|call| {
                     Some(DirEntry {
                         ino: Ino::Session(number, Node::Call(call as u32)).encode(),

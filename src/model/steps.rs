@@ -95,6 +95,14 @@ impl StepScan {
         &self.calls
     }
 
+    /// The call of a step the log ends inside before any response event: its
+    /// prefix is the whole log, up to `last_seq`. Its boundary moves while the
+    /// log grows, so it is only meant for a log that has gone quiet.
+    pub fn unanswered_at_end(&self, last_seq: u64) -> Option<ModelCall> {
+        let open = self.open.as_ref().filter(|o| o.calls == 0)?;
+        Some(self.pending_call(1, None, last_seq.max(open.start_seq)))
+    }
+
     /// Takes the next event (already checked and folded) and what it did to the surface.
     pub fn observe(&mut self, scanned: &Scanned, effect: &SurfaceEffect) {
         match scanned {
@@ -424,7 +432,24 @@ mod tests {
             r#"step/start {"turn":1,"step":1}"#,
             USER,
         ];
-        assert!(scan(&lines).calls().is_empty());
+        let scan = scan(&lines);
+        assert!(scan.calls().is_empty());
+        // Once the log is quiet, the prefix is the whole log.
+        let ended = scan.unanswered_at_end(2).expect("an unanswered call");
+        assert_eq!((ended.boundary_seq, ended.response), (2, None));
+        assert_eq!(ended.step_start_seq, 1);
+    }
+
+    #[test]
+    fn an_answered_open_step_has_no_unanswered_call() {
+        let lines = [
+            r#"step/start {"turn":1,"step":1}"#.to_string(),
+            USER.into(),
+            chunk(1, 1, DELTA),
+        ];
+        let scan = scan(&lines.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(scan.calls().len(), 1);
+        assert_eq!(scan.unanswered_at_end(2), None);
     }
 
     #[test]

@@ -82,6 +82,9 @@ pub struct Indexed {
     cache: Vec<(ViewFile, Content)>,
     /// The model calls (`steps/`), found during the scan.
     steps: StepScan,
+    /// A quiet log's last step when it logged no response: its call, shown
+    /// after the others (the log ends inside it).
+    unanswered: Option<crate::model::steps::ModelCall>,
     /// The last few call files read: each is rendered on demand, never all at once.
     call_cache: Vec<(usize, CallFile, Content)>,
     /// Bumped whenever a file is rewritten rather than extended.
@@ -222,6 +225,7 @@ impl SessionView {
             closers: Vec::new(),
             cache: Vec::new(),
             steps: StepScan::default(),
+            unanswered: None,
             call_cache: Vec::new(),
             lineage: 0,
             grown_at: None,
@@ -483,9 +487,14 @@ impl Indexed {
         } else {
             Vec::new()
         };
-        if closers == self.closers {
+        let last_seq = self.stored_count().checked_sub(1);
+        let unanswered = last_seq
+            .filter(|_| !closers.is_empty())
+            .and_then(|last| self.steps.unanswered_at_end(last));
+        if closers == self.closers && unanswered == self.unanswered {
             return false;
         }
+        self.unanswered = unanswered;
         let removed = !self.closers.is_empty();
         self.closers = closers;
         self.changed(removed);

@@ -44,28 +44,38 @@ impl CallFile {
 const KEPT_CALL_FILES: usize = 8;
 
 /// What `request.json` says of a step that logged no response event.
-const NO_RESPONSE_NOTE: &str = "This step logged no response event, so the log cannot tell whether this request was sent: a failure before dispatch and an abort before the first chunk look the same. The prefix shown ends before the step's step/end.";
+const NO_RESPONSE_NOTE: &str = "This step logged no response event, so the log cannot tell whether this request was sent: a failure before dispatch and an abort before the first chunk look the same. The prefix shown ends just before the step's step/end, or with the log when the log ends inside the step.";
 
 impl Indexed {
-    /// The model calls whose boundary is known, in call order.
-    pub fn calls(&self) -> &[ModelCall] {
-        self.steps.calls()
+    /// The number of model calls whose boundary is known.
+    pub fn call_count(&self) -> usize {
+        self.steps.calls().len() + usize::from(self.unanswered.is_some())
+    }
+
+    /// Model call `index`, in call order.
+    pub fn call(&self, index: usize) -> Option<&ModelCall> {
+        let calls = self.steps.calls();
+        match calls.get(index) {
+            Some(call) => Some(call),
+            None if index == calls.len() => self.unanswered.as_ref(),
+            None => None,
+        }
     }
 
     /// The directory name of call `index` in `steps/`.
     pub fn call_name(&self, index: usize) -> Option<String> {
-        self.calls().get(index).map(call_name)
+        self.call(index).map(call_name)
     }
 
     /// The call a `steps/` entry names.
     pub fn call_by_name(&self, name: &str) -> Option<usize> {
         let (digits, _) = name.split_once('-')?;
         let boundary: u64 = digits.parse().ok()?;
-        let calls = self.calls();
+        let calls = self.steps.calls();
         let first = calls.partition_point(|c| c.boundary_seq < boundary);
-        (first..calls.len())
-            .take_while(|i| calls[*i].boundary_seq == boundary)
-            .find(|i| call_name(&calls[*i]) == name)
+        (first..self.call_count())
+            .take_while(|i| self.call(*i).is_some_and(|c| c.boundary_seq == boundary))
+            .find(|i| self.call_name(*i).as_deref() == Some(name))
     }
 
     /// The bytes of one file of call `index`.
@@ -84,8 +94,7 @@ impl Indexed {
             return Ok(content.clone());
         }
         let call = self
-            .calls()
-            .get(index)
+            .call(index)
             .ok_or_else(|| Refusal::Corrupt(format!("no model call {index}")))?;
         let bytes = match which {
             CallFile::Messages => self.call_messages(backend, key, call)?,
