@@ -103,3 +103,92 @@ fn a_missing_call_or_file_is_not_found() {
     }
     assert!(steps.join("00000005-t1.s1/request.json").exists());
 }
+
+fn list(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("steps")
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+fn append_lines(path: &Path, events: &[Value]) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .expect("open log");
+    for event in events {
+        let mut line = serde_json::to_vec(event).unwrap();
+        line.push(b'\n');
+        file.write_all(&line).expect("append");
+    }
+    file.sync_all().expect("fsync");
+}
+
+fn within(what: &str, mut check: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !check() {
+        assert!(
+            start.elapsed().as_secs() < 2,
+            "{what} did not happen within 2 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+}
+
+/// A growing log: a call appears once its first chunk is logged, and no name
+/// already listed changes as the log grows.
+#[test]
+fn calls_appear_as_the_log_grows_and_names_never_change() {
+    let copy = store_copy("jsonl");
+    let log = copy
+        .path
+        .join("--Users-mei-code-ledger-api--/ledger-chat/session.jsonl");
+    let mount = Mount::new(&copy.path, &["-o", "grace=60"]);
+    let steps = session_dir(mount.path(), "ledger-chat").join("steps");
+    let before = list(&steps);
+    assert_eq!(before.len(), 4);
+    let t = 1_790_000_000_000i64;
+    let needle = "steps live needle 51c2";
+    append_lines(
+        &log,
+        &[
+            serde_json::json!({"type": "turn/start", "seq": 322, "time": t, "data": {"turn": 5}}),
+            serde_json::json!({"type": "step/start", "seq": 323, "time": t + 1, "data": {"turn": 5, "step": 1}}),
+            serde_json::json!({"type": "user/message", "seq": 324, "time": t + 2, "data": {"content": [{"type": "text", "text": needle}], "source": {"kind": "user"}, "role": "user", "id": "u-live"}, "surfaceOp": "append"}),
+        ],
+    );
+    within("the new events", || {
+        std::fs::read_dir(session_dir(mount.path(), "ledger-chat").join("events"))
+            .is_ok_and(|d| d.count() == 325)
+    });
+    assert_eq!(list(&steps), before, "no call before its first response");
+    append_lines(
+        &log,
+        &[
+            serde_json::json!({"type": "assistant/chunk", "seq": 325, "time": t + 3, "data": {"turn": 5, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "ok"}}}),
+        ],
+    );
+    let call = "00000324-t5.s1";
+    within("the new call in steps/", || list(&steps).len() == 5);
+    let now = list(&steps);
+    assert_eq!(&now[..4], &before[..], "listed names never change");
+    assert_eq!(now[4], call);
+    let messages = std::fs::read_to_string(steps.join(call).join("messages.jsonl")).unwrap();
+    assert!(messages.lines().last().unwrap().contains(needle));
+    let request = read_json(&steps.join(call).join("request.json"));
+    assert_eq!(request["finish"], Value::Null);
+    append_lines(
+        &log,
+        &[
+            serde_json::json!({"type": "assistant/chunk", "seq": 326, "time": t + 4, "data": {"turn": 5, "step": 1, "chunk": {"type": "finish", "reason": {"kind": "stop"}}}}),
+            serde_json::json!({"type": "step/end", "seq": 327, "time": t + 5, "data": {"turn": 5, "step": 1}}),
+        ],
+    );
+    within("the call's finish in request.json", || {
+        read_json(&steps.join(call).join("request.json"))["finish"] == "stop"
+    });
+    assert_eq!(list(&steps), now, "names stay as the log grows");
+}

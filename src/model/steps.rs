@@ -95,6 +95,18 @@ impl StepScan {
         &self.calls
     }
 
+    /// Approximate bytes held, for the cache budget.
+    pub fn memory(&self) -> usize {
+        self.calls.capacity() * std::mem::size_of::<ModelCall>()
+            + self.surface.capacity() * std::mem::size_of::<SurfaceStep>()
+    }
+
+    /// Returns the spare room of a first scan's growing buffers.
+    pub fn shrink(&mut self) {
+        self.calls.shrink_to_fit();
+        self.surface.shrink_to_fit();
+    }
+
     /// The call of a step the log ends inside before any response event: its
     /// prefix is the whole log, up to `last_seq`. Its boundary moves while the
     /// log grows, so it is only meant for a log that has gone quiet.

@@ -172,6 +172,7 @@ impl SessionView {
             State::Indexed(i) => {
                 let transcript = i.transcript.shared();
                 i.events.capacity() * std::mem::size_of::<EventMeta>()
+                    + i.steps.memory()
                     + i.fold.turns().len()
                     + transcript.capacity()
                     + i.cache
@@ -477,6 +478,7 @@ impl Indexed {
     /// session costs what it holds.
     fn shrink(&mut self) {
         self.events.shrink_to_fit();
+        self.steps.shrink();
         self.transcript.shrink();
     }
 
