@@ -1,6 +1,7 @@
 //! The quick chunk readers (`model::quick`) against the full decoder: on every
 //! record they accept, the fold must end in the same state, or fail with the same
-//! refusal, as it does on the fully decoded events. Records are generated from
+//! refusal, as it does on the fully decoded events, and each chunk must name the
+//! same turn and step (a `finish` chunk is never read quickly). Records are generated from
 //! valid templates and then mutated at random (values swapped, keys dropped,
 //! added or duplicated, bytes flipped), so the narrow edges are exercised.
 

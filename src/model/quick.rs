@@ -2,13 +2,15 @@
 //!
 //! Most of a large log is `assistant/chunk` events, alone or packed in rows, and
 //! no view but `events/` shows their contents: the fold needs only each one's seq
-//! and time. Reading those two from the stored bytes, instead of building every
-//! event as a JSON map, is what makes a cold scan fast.
+//! and time, and the boundary rule of `steps/` its turn and step. Reading those
+//! from the stored bytes, instead of building every event as a JSON map, is what
+//! makes a cold scan fast. A `finish` chunk is always decoded in full: the rule
+//! needs its kind, and there is one per model call.
 //!
 //! The quick readers are strict and narrow: they accept only records that the
-//! full decoder accepts, and give the same seqs and times (a property test holds
-//! them to it). `None` never means "invalid", only "decode this record in full",
-//! which then gives the authoritative answer or refusal.
+//! full decoder accepts, and give the same seqs, times, turns and steps (a
+//! property test holds them to it). `None` never means "invalid", only "decode
+//! this record in full", which then gives the authoritative answer or refusal.
 
 use std::fmt;
 
