@@ -186,23 +186,25 @@ fn safe_time(time: i64) -> Option<i64> {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct LoneChunk {
+struct LoneChunk<'a> {
     #[serde(rename = "type")]
     _type: JsonString,
     seq: u64,
     time: i64,
-    data: LoneChunkData,
+    #[serde(borrow)]
+    data: LoneChunkData<'a>,
 }
 
 /// A lone chunk's data: other keys are the full decoder's business.
 #[derive(Deserialize)]
-struct LoneChunkData {
+struct LoneChunkData<'a> {
     turn: JsonNumber,
     step: JsonNumber,
-    chunk: ChunkHead,
+    #[serde(borrow)]
+    chunk: ChunkHead<'a>,
 }
 
-impl LoneChunkData {
+impl LoneChunkData<'_> {
     fn step(&self) -> Option<ChunkStep> {
         (self.chunk.kind != "finish").then_some(ChunkStep {
             turn: self.turn.0,
@@ -212,9 +214,10 @@ impl LoneChunkData {
 }
 
 #[derive(Deserialize)]
-struct ChunkHead {
+struct ChunkHead<'a> {
+    /// Borrowed, so not copied: a type written with escapes is read in full.
     #[serde(rename = "type")]
-    kind: String,
+    kind: &'a str,
 }
 
 #[derive(Deserialize)]
