@@ -155,7 +155,8 @@ impl StepScan {
                     failed: false,
                 });
             }
-            "step/end" => self.close(seq),
+            // A turn/end closes a step whose step/end was never logged.
+            "step/end" | "turn/end" => self.close(seq),
             "request/header" => self.header_seq = Some(seq),
             "request/context" => self.context_seq = Some(seq),
             "assistant/chunk" => {
@@ -211,7 +212,8 @@ impl StepScan {
         self.calls.push(call);
     }
 
-    /// Ends the open step at event `seq` (its `step/end`, or the next `step/start`).
+    /// Ends the open step at event `seq` (its `step/end`, or failing that the
+    /// next `step/start` or `turn/end`).
     fn close(&mut self, seq: u64) {
         if self.open.as_ref().is_some_and(|o| o.calls == 0) {
             let call = self.pending_call(1, None, seq.saturating_sub(1));
