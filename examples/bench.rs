@@ -22,7 +22,9 @@
 //! - 3: cold `grep -rl NEEDLE */transcript.md` over ~1 GiB of plaintext: ≤ 2×
 //!   `zstd -dc --no-asyncio` of every artifact piped to grep;
 //! - 4: warm sequential read of a ~100 MiB transcript.md: ≥ half of reading the
-//!   same bytes from tmpfs.
+//!   same bytes from tmpfs;
+//! - s: `steps/` of a 69,030-event session: `ls steps/` after the first build
+//!   costs ≤ that build; a call's `messages.jsonl` cold ≤ 2× `surface.jsonl` cold.
 //!
 //! Every encoding is compared with the floor measured on the zstd artifacts of
 //! the same sessions (the Harness's default encoding).
@@ -37,6 +39,8 @@
 mod follow;
 #[path = "bench/mount.rs"]
 mod mount;
+#[path = "bench/steps.rs"]
+mod steps;
 #[path = "bench/synth.rs"]
 mod synth;
 #[path = "bench/write.rs"]
@@ -60,7 +64,7 @@ Options:
   --dir PATH         where stores are generated and cached (default /tmp/sessionfs-bench)
   --seed N           generator seed (default 20260314)
   --encodings LIST   comma-separated subset of zstd,raw,sqlite (default all)
-  --figures LIST     comma-separated subset of 1,c,2,3,4 (default all; c = concurrency)
+  --figures LIST     comma-separated subset of 1,c,2,3,4,s (default all; c = concurrency, s = steps/)
   --regenerate       rebuild cached stores
   --gen-only         generate the stores, print their shape and stop
   --no-build         do not run `cargo build --release --bin sessionfs` first
@@ -93,7 +97,7 @@ fn parse_options() -> Result<Options, String> {
         dir: PathBuf::from("/tmp/sessionfs-bench"),
         seed: 20_260_314,
         encodings: Enc::ALL.to_vec(),
-        figures: ["1", "c", "2", "3", "4"].map(String::from).to_vec(),
+        figures: ["1", "c", "2", "3", "4", "s"].map(String::from).to_vec(),
         regenerate: false,
         gen_only: false,
         build: true,
@@ -1022,6 +1026,7 @@ fn main() {
     let large = generated("large", large_wanted, large_specs(seed, scale));
     let many = generated("many", many_wanted, many_specs(seed, scale));
     let search = generated("search", search_wanted, search_specs(seed, scale));
+    let steps_store = generated("steps", wants("s"), steps::specs(seed, scale));
     if bench.options.gen_only {
         return;
     }
@@ -1049,6 +1054,9 @@ fn main() {
     }
     if let (Some(store), true) = (&large, wants("4")) {
         figure_throughput(&mut bench, store, &mut rows, &mut notes);
+    }
+    if let Some(store) = &steps_store {
+        steps::figure(&mut bench, store, &mut rows, &mut notes);
     }
     println!(
         "measured in {:.0} s; load average now {}{}\n",

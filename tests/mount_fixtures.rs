@@ -267,7 +267,13 @@ fn sqlite14_store_matches_the_harness_views_and_refuses_what_it_lost() {
         .expect("message");
     assert!(error.starts_with(message), "{error}");
     assert!(dir.join("header.json").exists());
-    for derived in ["surface.jsonl", "transcript.md", "index.jsonl", "events"] {
+    for derived in [
+        "surface.jsonl",
+        "transcript.md",
+        "index.jsonl",
+        "events",
+        "steps",
+    ] {
         let err = std::fs::metadata(dir.join(derived)).expect_err("derived views are absent");
         assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
     }

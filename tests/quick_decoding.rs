@@ -1,6 +1,7 @@
 //! The quick chunk readers (`model::quick`) against the full decoder: on every
 //! record they accept, the fold must end in the same state, or fail with the same
-//! refusal, as it does on the fully decoded events. Records are generated from
+//! refusal, as it does on the fully decoded events, and each chunk must name the
+//! same turn and step (a `finish` chunk is never read quickly). Records are generated from
 //! valid templates and then mutated at random (values swapped, keys dropped,
 //! added or duplicated, bytes flipped), so the narrow edges are exercised.
 
@@ -33,9 +34,11 @@ fn template(rng: &mut Rng) -> Value {
     let time0 = 1_773_000_000_000i64 + rng.below(1000) as i64;
     match rng.below(5) {
         0 => {
-            let chunk = match rng.below(3) {
+            let chunk = match rng.below(4) {
                 0 => json!({"type": "text-delta", "index": 0, "text": texts[0]}),
                 1 => json!({"type": "block-start", "index": 1, "blockType": "tool-call"}),
+                // Never read quickly: the steps/ rule needs a finish's kind.
+                2 => json!({"type": "finish", "reason": {"kind": "error"}}),
                 _ => {
                     json!({"type": "tool-call-delta", "index": 2, "id": "c-1", "argumentsDelta": texts[0]})
                 }
@@ -193,16 +196,35 @@ fn fold() -> SessionFold {
     SessionFold::new(&SessionHeader::new("s", 1), "s").unwrap()
 }
 
-/// The fold's state and result after folding `events` one way or the other.
+/// The fold's state and result after folding `events` one way or the other,
+/// and each chunk's turn and step as the steps/ rule reads them.
 fn folded(events: impl Iterator<Item = Scanned>) -> String {
     let mut fold = fold();
-    let results: Vec<_> = events.map(|mut e| fold.observe_scanned(&mut e)).collect();
+    let results: Vec<_> = events
+        .map(|mut e| (fold.observe_scanned(&mut e), chunk_step(&e)))
+        .collect();
     format!("{results:?} {fold:?}")
+}
+
+fn chunk_step(event: &Scanned) -> Option<(f64, f64)> {
+    match event {
+        Scanned::Chunk { step, .. } => Some((step.turn, step.step)),
+        Scanned::Event(event) => {
+            let data = event.get("data")?;
+            Some((data.get("turn")?.as_f64()?, data.get("step")?.as_f64()?))
+        }
+    }
+}
+
+fn is_finish(event: &JsonMap) -> bool {
+    event.get("type") == Some(&json!("assistant/chunk"))
+        && event.get("data").and_then(|d| d.pointer("/chunk/type")) == Some(&json!("finish"))
 }
 
 fn check_record(line: &[u8], limits: RowLimits, must_be_quick: bool) -> bool {
     let quick = quick::jsonl_record(line, limits);
     let text = String::from_utf8_lossy(line);
+    let must_be_quick = must_be_quick && !text.contains(r#""type":"finish""#);
     if must_be_quick {
         assert!(
             quick.is_some(),
@@ -212,6 +234,10 @@ fn check_record(line: &[u8], limits: RowLimits, must_be_quick: bool) -> bool {
     let Some(run) = quick else { return false };
     let events = decode_full(line, limits)
         .unwrap_or_else(|| panic!("quick read a record the full decoder refuses: {text}"));
+    assert!(
+        !events.iter().any(is_finish),
+        "quick read a finish chunk: {text}"
+    );
     assert_eq!(
         folded(events.into_iter().map(Scanned::Event)),
         folded(run.events()),
@@ -270,14 +296,21 @@ fn quick_sqlite_row_data_matches_the_full_expansion() {
             .unwrap_or_else(|why| {
                 panic!("quick read row data the full decoder refuses ({why}): {map:?}")
             });
-        let full: Vec<(u64, i64)> = events
+        let full: Vec<_> = events
             .iter()
-            .map(|e| (e["seq"].as_u64().unwrap(), e["time"].as_i64().unwrap()))
+            .map(|e| {
+                let step = chunk_step(&Scanned::Event(e.clone()));
+                (
+                    e["seq"].as_u64().unwrap(),
+                    e["time"].as_i64().unwrap(),
+                    step,
+                )
+            })
             .collect();
-        let quick: Vec<(u64, i64)> = run
+        let quick: Vec<_> = run
             .events()
             .map(|e| match e {
-                Scanned::Chunk { seq, time } => (seq, time),
+                Scanned::Chunk { seq, time, step } => (seq, time, Some((step.turn, step.step))),
                 Scanned::Event(_) => unreachable!(),
             })
             .collect();
@@ -336,4 +369,39 @@ fn legacy_logs_reach_the_conversions_through_the_full_decoder() {
         quick_records > 100 && convertible > 100,
         "{quick_records} {convertible}"
     );
+}
+
+#[test]
+fn quick_sqlite_chunk_data_names_the_step_of_the_full_data() {
+    let mut rng = Rng(11);
+    let mut quick_count = 0;
+    for _ in 0..20_000 {
+        let valid = template(&mut rng);
+        if valid["type"] != "assistant/chunk" {
+            continue;
+        }
+        let data = if rng.below(2) == 0 {
+            serde_json::to_vec(&valid["data"]).unwrap()
+        } else {
+            match serde_json::from_slice::<Value>(&mutate(&mut rng, valid.clone())) {
+                Ok(mutant) => {
+                    serde_json::to_vec(mutant.get("data").unwrap_or(&Value::Null)).unwrap()
+                }
+                Err(_) => continue,
+            }
+        };
+        let Some(step) = quick::lone_chunk_data(&data) else {
+            continue;
+        };
+        quick_count += 1;
+        let mut event = JsonMap::new();
+        event.insert("type".into(), json!("assistant/chunk"));
+        event.insert("data".into(), serde_json::from_slice(&data).unwrap());
+        assert!(!is_finish(&event), "quick read a finish chunk: {event:?}");
+        assert_eq!(
+            chunk_step(&Scanned::Event(event)),
+            Some((step.turn, step.step))
+        );
+    }
+    assert!(quick_count > 1000, "{quick_count}");
 }

@@ -127,7 +127,7 @@ impl SessionFs {
             }
             let mtime = view.mtime();
             match node {
-                Node::Events | Node::Children => {
+                Node::Events | Node::Children | Node::Steps | Node::Call(_) => {
                     Ok(self.make_attr(ino, Kind::Dir, 0, dir_perm(read_bits), mtime))
                 }
                 Node::Parent | Node::Child(_) => {
@@ -165,6 +165,9 @@ impl SessionFs {
                 .is_some(),
             Node::Event(seq) => seq < view.event_count(),
             Node::Child(child) => self.table().children_of(&slot.id).contains(&child),
+            Node::Steps | Node::Call(_) | Node::CallFile(..) => {
+                Self::steps_node_present(view, node)
+            }
         }
     }
 

@@ -5,10 +5,14 @@
 //!
 //! `ino = (slot + 1) << 40 | (local ^ spread(slot))`, with 0 in the top bits
 //! for the mount root's own entries (1 = the root, 2 = the root `flush` file),
-//! and within a session `local` = 1 directory, 2..=11 its fixed files,
-//! `1 << 32 | seq` an event file and `2 << 32 | child slot` a symlink in
-//! `children/`. `spread` changes only the low 32 bits, so the kind of node
-//! (bits 32 and up of `local`) reads straight off the number.
+//! and within a session `local` = 1 directory, 2..=12 its fixed files,
+//! `1 << 32 | seq` an event file, `2 << 32 | child slot` a symlink in
+//! `children/`, `3 << 32 | call` a call's directory in `steps/` and
+//! `4 << 32 | call << 1 | file` one of its files. `spread` changes only the
+//! low 32 bits, so the kind of node (bits 32 and up of `local`) reads straight
+//! off the number.
+
+use crate::view::CallFile;
 
 pub const ROOT: u64 = 1;
 pub const ROOT_FLUSH: u64 = 2;
@@ -17,6 +21,8 @@ const SLOT_SHIFT: u32 = 40;
 const LOCAL_MASK: u64 = (1 << SLOT_SHIFT) - 1;
 const EVENT_BASE: u64 = 1 << 32;
 const CHILD_BASE: u64 = 2 << 32;
+const CALL_BASE: u64 = 3 << 32;
+const CALL_FILE_BASE: u64 = 4 << 32;
 
 /// A node inside one session's directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +40,10 @@ pub enum Node {
     Children,
     Event(u64),
     Child(u32),
+    Steps,
+    /// The directory of model call `n` (its index in call order) in `steps/`.
+    Call(u32),
+    CallFile(u32, CallFile),
 }
 
 /// What an inode number names.
@@ -44,7 +54,7 @@ pub enum Ino {
     Session(u32, Node),
 }
 
-const FIXED: [(Node, u64); 11] = [
+const FIXED: [(Node, u64); 12] = [
     (Node::Dir, 1),
     (Node::Header, 2),
     (Node::Events, 3),
@@ -56,6 +66,7 @@ const FIXED: [(Node, u64); 11] = [
     (Node::Error, 9),
     (Node::Parent, 10),
     (Node::Children, 11),
+    (Node::Steps, 12),
 ];
 
 /// Mixed into the low 32 bits of a session's inode numbers. The kernel finds
@@ -76,6 +87,11 @@ impl Ino {
                 let local = match node {
                     Node::Event(seq) => EVENT_BASE | (seq & (EVENT_BASE - 1)),
                     Node::Child(child) => CHILD_BASE | u64::from(child),
+                    Node::Call(call) => CALL_BASE | u64::from(call),
+                    Node::CallFile(call, file) => {
+                        let bit = u64::from(file == CallFile::Request);
+                        CALL_FILE_BASE | (u64::from(call) & ((EVENT_BASE - 1) >> 1)) << 1 | bit
+                    }
                     fixed => FIXED
                         .iter()
                         .find(|(n, _)| *n == fixed)
@@ -97,6 +113,15 @@ impl Ino {
         let node = match local >> 32 {
             1 => Node::Event(local & (EVENT_BASE - 1)),
             2 => Node::Child(u32::try_from(local & (EVENT_BASE - 1)).ok()?),
+            3 => Node::Call(u32::try_from(local & (EVENT_BASE - 1)).ok()?),
+            4 => {
+                let call = u32::try_from((local & (EVENT_BASE - 1)) >> 1).ok()?;
+                let file = match local & 1 {
+                    0 => CallFile::Messages,
+                    _ => CallFile::Request,
+                };
+                Node::CallFile(call, file)
+            }
             0 => FIXED.iter().find(|(_, l)| *l == local)?.0,
             _ => return None,
         };
@@ -118,6 +143,12 @@ mod tests {
             Ino::Session(7, Node::Event(0)),
             Ino::Session(7, Node::Event(1_307_072)),
             Ino::Session(9_999, Node::Child(3)),
+            Ino::Session(7, Node::Steps),
+            Ino::Session(7, Node::Call(0)),
+            Ino::Session(7, Node::Call(3)),
+            Ino::Session(7, Node::CallFile(3, CallFile::Messages)),
+            Ino::Session(7, Node::CallFile(3, CallFile::Request)),
+            Ino::Session(7, Node::CallFile((1 << 31) - 1, CallFile::Request)),
         ];
         let numbers: Vec<u64> = samples.iter().map(|i| i.encode()).collect();
         for (ino, n) in samples.iter().zip(&numbers) {

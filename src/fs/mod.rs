@@ -29,6 +29,7 @@ mod cache;
 pub mod control;
 mod handles;
 pub mod inode;
+mod steps;
 mod table;
 pub mod writeback;
 
@@ -153,7 +154,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-const SESSION_FILES: [(&str, Node, Kind); 10] = [
+const SESSION_FILES: [(&str, Node, Kind); 11] = [
     ("header.json", Node::Header, Kind::File),
     ("events", Node::Events, Kind::Dir),
     ("surface.jsonl", Node::Surface, Kind::File),
@@ -162,6 +163,7 @@ const SESSION_FILES: [(&str, Node, Kind); 10] = [
     ("fork", Node::Fork, Kind::File),
     ("flush", Node::Flush, Kind::File),
     ("children", Node::Children, Kind::Dir),
+    ("steps", Node::Steps, Kind::Dir),
     ("error", Node::Error, Kind::File),
     ("parent", Node::Parent, Kind::Symlink),
 ];
@@ -244,6 +246,7 @@ impl SessionFs {
             Node::Surface,
             Node::Transcript,
             Node::Index,
+            Node::Steps,
         ]
         .into_iter()
         .map(move |node| Ino::Session(number, node).encode())
@@ -443,6 +446,9 @@ impl SessionFs {
                 }
                 self.getattr(Ino::Session(number, Node::Event(seq)).encode())
             }
+            Ino::Session(number, node @ (Node::Steps | Node::Call(_))) => {
+                self.steps_lookup(number, node, name)
+            }
             Ino::Session(number, Node::Children) => {
                 let slot = self.slot(number)?;
                 self.relist(self.config.relist);
@@ -501,6 +507,9 @@ impl SessionFs {
                         })
                         .collect())
                 })?
+            }
+            Ino::Session(number, node @ (Node::Steps | Node::Call(_))) => {
+                self.steps_list(number, node, offset, limit)
             }
             Ino::Session(number, Node::Children) => {
                 let slot = self.slot(number)?;
@@ -628,6 +637,7 @@ pub fn is_rewritable(ino: u64) -> bool {
                         | Node::Index
                         | Node::Fork
                         | Node::Flush
+                        | Node::CallFile(..)
                 )
         )
     )
@@ -647,6 +657,7 @@ fn file_id(node: Node) -> Option<FileId> {
         Node::Index => Some(FileId::Index),
         Node::Error => Some(FileId::Error),
         Node::Event(seq) => Some(FileId::Event(seq)),
+        Node::CallFile(call, file) => Some(FileId::Call(call, file)),
         _ => None,
     }
 }

@@ -94,7 +94,7 @@ impl SessionFold {
                     converted: is_converted,
                 })
             }
-            Scanned::Chunk { seq, time } => {
+            Scanned::Chunk { seq, time, .. } => {
                 // A quick-read chunk has a valid envelope and no surface markers,
                 // and no legacy rule applies to chunks, so of every check only
                 // contiguity remains.

@@ -9,6 +9,7 @@ pub mod ids;
 pub mod legacy;
 pub mod quick;
 pub mod repair;
+pub mod steps;
 pub mod surface;
 pub mod validate;
 

@@ -6,6 +6,10 @@
 //! last pass stopped. Other files are rendered on demand from the index,
 //! fetching the events they need, and cached until the session changes.
 
+mod steps;
+
+pub use steps::CallFile;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -17,6 +21,7 @@ use crate::model::Refusal;
 use crate::model::fold::{CHUNK_TYPE, SessionFold};
 use crate::model::header::SessionHeader;
 use crate::model::quick::Scanned;
+use crate::model::steps::StepScan;
 use crate::render::transcript::TranscriptWriter;
 use crate::render::{Standing, event_file, header_json, index_line, surface_line};
 use crate::store::{Backend, EventLoc, Listing, Revision, ScanEnd, ScanPoint, SessionKey};
@@ -46,6 +51,8 @@ pub enum FileId {
     Error,
     /// A file of `events/`: stored events, then synthetic closers.
     Event(u64),
+    /// A file of model call `n` (its index in call order) in `steps/`.
+    Call(u32, CallFile),
 }
 
 /// The generated files of a readable session.
@@ -91,6 +98,13 @@ pub struct Indexed {
     /// Synthetic closers, present while the log ends inside a turn and is quiet.
     closers: Vec<JsonMap>,
     cache: Vec<(ViewFile, Content)>,
+    /// The model calls (`steps/`), found during the scan.
+    steps: StepScan,
+    /// A quiet log's last step when it logged no response: its call, shown
+    /// after the others (the log ends inside it).
+    unanswered: Option<crate::model::steps::ModelCall>,
+    /// The last few call files read: each is rendered on demand, never all at once.
+    call_cache: Vec<(usize, CallFile, Content)>,
     /// Bumped whenever a file is rewritten rather than extended.
     lineage: u64,
     /// The transcript's own lineage: it never shows closers, so only a re-read
@@ -196,11 +210,16 @@ impl SessionView {
                 let transcript = i.transcript.shared();
                 i.events.capacity() * std::mem::size_of::<EventMeta>()
                     + i.fold.memory()
+                    + i.steps.memory()
                     + transcript.capacity()
                     + i.cache
                         .iter()
                         .filter(|(_, c)| !Arc::ptr_eq(&c.bytes, &transcript))
                         .map(|(_, c)| c.bytes.capacity())
+                        .sum::<usize>()
+                    + i.call_cache
+                        .iter()
+                        .map(|(_, _, c)| c.bytes.capacity())
                         .sum::<usize>()
             }
             State::Unreadable(_) => 0,
@@ -243,6 +262,9 @@ impl SessionView {
             transcript: TranscriptWriter::new(&self.id),
             closers: Vec::new(),
             cache: Vec::new(),
+            steps: StepScan::default(),
+            unanswered: None,
+            call_cache: Vec::new(),
             lineage: 0,
             transcript_lineage: 0,
             grown_at: None,
@@ -285,6 +307,7 @@ impl SessionView {
                     // Cached files are stale now; dropped first, the transcript they
                     // share is extended in place rather than copied.
                     indexed.cache.clear();
+                    indexed.call_cache.clear();
                     let before = indexed.events.len();
                     let extended = indexed.extend(backend, &self.key).is_ok();
                     if extended && indexed.events.len() != before {
@@ -422,6 +445,12 @@ impl SessionView {
             (State::Indexed(indexed), FileId::Index) => {
                 Some(indexed.file(backend, &key, ViewFile::Index))
             }
+            (State::Indexed(indexed), FileId::Call(call, file)) => {
+                if call as usize >= indexed.call_count() {
+                    return None;
+                }
+                Some(indexed.call_file(backend, &key, call as usize, file))
+            }
         }
     }
 
@@ -484,6 +513,7 @@ impl Indexed {
     fn extend(&mut self, backend: &dyn Backend, key: &SessionKey) -> Result<(), Refusal> {
         let Indexed {
             fold,
+            steps,
             events,
             types,
             type_parts,
@@ -504,6 +534,7 @@ impl Indexed {
         let mut chunk_type = None;
         let mut sink = |loc: EventLoc, mut scanned: Scanned| -> Result<(), Refusal> {
             let folded = fold.observe_scanned(&mut scanned)?;
+            steps.observe(&scanned, &folded.effect);
             let meta = match &scanned {
                 Scanned::Event(event) => {
                     transcript.event(event, &folded.effect);
@@ -544,6 +575,7 @@ impl Indexed {
     fn shrink(&mut self) {
         self.events.shrink_to_fit();
         self.fold.shrink();
+        self.steps.shrink();
         self.transcript.shrink();
     }
 
@@ -554,9 +586,14 @@ impl Indexed {
         } else {
             Vec::new()
         };
-        if closers == self.closers {
+        let last_seq = self.stored_count().checked_sub(1);
+        let unanswered = last_seq
+            .filter(|_| !closers.is_empty())
+            .and_then(|last| self.steps.unanswered_at_end(last));
+        if closers == self.closers && unanswered == self.unanswered {
             return false;
         }
+        self.unanswered = unanswered;
         let removed = !self.closers.is_empty();
         self.closers = closers;
         self.changed(removed);
@@ -578,6 +615,7 @@ impl Indexed {
     /// Drops cached files; `rewritten` when content was replaced, not extended.
     fn changed(&mut self, rewritten: bool) {
         self.cache.clear();
+        self.call_cache.clear();
         if rewritten {
             self.lineage += 1;
         }

@@ -305,9 +305,10 @@ impl PhysicalRow {
             // Schema 14 selects NULL for the column it lacks; its data is TEXT only.
             (Cell::Null, CHUNK_TYPE) if matches!(self.data, Cell::Text(_)) => {
                 let data = data_text(&self.data, MAX_SCALAR_DATA_BYTES).ok()?;
-                quick::is_json(data.as_bytes()).then(|| ChunkRun {
+                quick::lone_chunk_data(data.as_bytes()).map(|step| ChunkRun {
                     seq0: self.seq,
                     times: vec![time],
+                    step,
                 })
             }
             (Cell::Integer(0), tag) => {
