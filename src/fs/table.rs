@@ -159,7 +159,14 @@ impl SessionFs {
             self.table_mut().listed_at = Some(Instant::now());
             return;
         }
-        let listings = self.store.list();
+        let listings = match self.store.try_list() {
+            Ok(listings) => listings,
+            Err(refusal) => {
+                // Not a verdict that every session is gone: keep the table.
+                log::warn!("cannot list the store now: {refusal}");
+                return;
+            }
+        };
         let mut by_id: BTreeMap<String, Vec<Listing>> = BTreeMap::new();
         let mut by_path = Vec::new();
         for listing in listings {

@@ -70,8 +70,33 @@ fn corrupt(path: &Path, why: impl std::fmt::Display) -> Refusal {
     Refusal::Corrupt(format!("{why} (raw log: {})", path.display()))
 }
 
+/// An I/O error reading a log: the store cannot be read now, which says
+/// nothing of the log's content. Errors that carry no errno (a decoder's
+/// verdict on the bytes) are damage.
 fn io_refusal(path: &Path, e: io::Error) -> Refusal {
-    Refusal::Corrupt(format!("cannot read {}: {e}", path.display()))
+    match e.raw_os_error() {
+        Some(errno) => Refusal::Unavailable {
+            errno,
+            reason: format!("cannot read {} now: {e}", path.display()),
+        },
+        None => Refusal::Corrupt(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// A scan continued from `from` needs a log at least that long: a shorter one
+/// was cut or replaced, and must be read from the start instead.
+fn check_not_shorter(path: &Path, file: &File, from: &ScanPoint) -> Result<(), Refusal> {
+    let len = file.metadata().map_err(|e| io_refusal(path, e))?.len();
+    if len < from.offset {
+        return Err(corrupt(
+            path,
+            format!(
+                "the log is {len} bytes, shorter than the {} already read",
+                from.offset
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Decodes one stored line for a scan (spec §10.4): streamed chunks quickly,
@@ -291,6 +316,7 @@ impl JsonlStore {
         sink: &mut EventSink,
     ) -> Result<(ScanPoint, ScanEnd), Refusal> {
         let file = File::open(path).map_err(|e| io_refusal(path, e))?;
+        check_not_shorter(path, &file, from)?;
         let mut reader = BufReader::with_capacity(256 << 10, file);
         let mut offset = from.offset;
         if offset == 0 {
@@ -408,6 +434,7 @@ impl JsonlStore {
         sink: &mut EventSink,
     ) -> Result<(ScanPoint, ScanEnd), Refusal> {
         let mut file = File::open(path).map_err(|e| io_refusal(path, e))?;
+        check_not_shorter(path, &file, from)?;
         let mut here = from.offset;
         let mut frames = from.frames;
         if frames == 0 {
@@ -734,6 +761,8 @@ impl Backend for JsonlStore {
         let SessionKey::File(path) = key else {
             return Err(Refusal::Corrupt("not a JSONL session".into()));
         };
+        // A log that cannot be opened now is no verdict on its header.
+        File::open(path).map_err(|e| io_refusal(path, e))?;
         self.read_header(path)
             .map_err(|why| corrupt(path, format!("corrupt session log: {why}")))
     }
@@ -743,8 +772,14 @@ impl Backend for JsonlStore {
             return Err(Refusal::Corrupt("not a JSONL session".into()));
         };
         let meta = std::fs::metadata(path).map_err(|e| io_refusal(path, e))?;
+        // The birth time tells a file created again under a reused inode number.
+        let born = meta
+            .created()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
         Ok(Revision(format!(
-            "{}:{}:{}:{}.{}:{}.{}",
+            "{}.{}.{born}:{}:{}.{}:{}.{}",
             meta.dev(),
             meta.ino(),
             meta.size(),

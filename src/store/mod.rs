@@ -65,9 +65,19 @@ impl Listing {
 }
 
 /// A cheap identity of a session's stored bytes: when it is unchanged, nothing was
-/// appended (JSONL: dev, inode, size, mtime, ctime; SQLite: incarnation, revision).
+/// appended. It reads `ARTIFACT:STATE` (JSONL: dev.inode, then size, mtime,
+/// ctime; SQLite: incarnation, then revision): a new ARTIFACT means the log was
+/// replaced (deleted and created again), so it is read afresh, not continued.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Revision(pub String);
+
+impl Revision {
+    /// True when both revisions name the same stored artifact.
+    pub fn same_artifact(&self, other: &Revision) -> bool {
+        let artifact = |r: &Revision| r.0.split_once(':').map(|(a, _)| a.to_string());
+        artifact(self).is_some() && artifact(self) == artifact(other)
+    }
+}
 
 /// Where one logical event is stored, so it can be read again alone.
 /// `record` is the line's byte offset (raw JSONL), the frame's byte offset (zstd)
@@ -114,6 +124,12 @@ pub trait Backend: Send + Sync {
 
     /// Every session, from headers alone (never whole logs).
     fn list(&self) -> Vec<Listing>;
+
+    /// As `list`, but a store that cannot be listed right now says so rather
+    /// than answering with no sessions, so none is taken for removed.
+    fn try_list(&self) -> Result<Vec<Listing>, Refusal> {
+        Ok(self.list())
+    }
 
     /// The artifacts that hold session `id` (more than one is a duplicate id),
     /// found without listing the store. This default serves stores keyed by id.
