@@ -239,6 +239,17 @@ impl SessionFs {
     /// and bringing it up to date with the store when it was last checked
     /// longer ago than `recheck`.
     fn with_view<T>(&self, slot: &Slot, f: impl FnOnce(&mut SessionView) -> T) -> Result<T> {
+        self.with_view_checked(slot, self.config.recheck, f)
+    }
+
+    /// As [`Self::with_view`], bringing the view up to date when it was last
+    /// checked `max_age` ago or longer.
+    fn with_view_checked<T>(
+        &self,
+        slot: &Slot,
+        max_age: Duration,
+        f: impl FnOnce(&mut SessionView) -> T,
+    ) -> Result<T> {
         let mut guard = lock(&slot.view);
         let (backend, _) = self.backend_of(slot);
         match guard.as_mut() {
@@ -256,7 +267,7 @@ impl SessionFs {
             }
             Some(view) => {
                 let mut checked = lock(&slot.checked);
-                if checked.elapsed() >= self.config.recheck && slot.refusal.is_none() {
+                if checked.elapsed() >= max_age && slot.refusal.is_none() {
                     *checked = Instant::now();
                     drop(checked);
                     if view.refresh(backend.as_ref()) {
@@ -313,12 +324,23 @@ impl SessionFs {
 
     /// The current bytes of a generated file: what `read` serves and `stat` sizes.
     fn file_content(&self, ino: Ino) -> Result<Content> {
+        self.file_content_checked(ino, self.config.recheck)
+    }
+
+    /// A file's bytes as the store holds them this moment: a reader at the end
+    /// of a file asks, so the next read after an append returns its bytes.
+    /// Costs a check of the session's revision (a `stat`, or one row).
+    fn file_content_now(&self, ino: Ino) -> Result<Content> {
+        self.file_content_checked(ino, Duration::ZERO)
+    }
+
+    fn file_content_checked(&self, ino: Ino, max_age: Duration) -> Result<Content> {
         let Ino::Session(number, node) = ino else {
             return Err(Error::IsDir("not a file".into()));
         };
         let which = file_id(node).ok_or_else(|| Error::IsDir("not a regular file".into()))?;
         let slot = self.slot(number)?;
-        self.with_view(&slot, |view| {
+        self.with_view_checked(&slot, max_age, |view| {
             if !self.present(&slot, view, node) {
                 return Err(Error::NotFound(format!("{} has no such file", slot.name)));
             }
