@@ -16,6 +16,7 @@ pub mod fs;
 pub mod fuse_adapter;
 pub mod json;
 pub mod model;
+pub mod mountinfo;
 pub mod random;
 pub mod render;
 pub mod store;

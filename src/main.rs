@@ -14,6 +14,7 @@ use fuser::{Config, MountOption, SessionACL};
 use sessionfs::cli::{self, Command, Options};
 use sessionfs::fs::{FsConfig, SessionFs};
 use sessionfs::fuse_adapter::FuseAdapter;
+use sessionfs::mountinfo::OwnMount;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -213,15 +214,20 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
     // Signals are handled by one thread with sigwait; every thread blocks them.
     let signals = block_signals();
     let adapter = FuseAdapter::new(fs.clone(), options.attr_timeout);
-    let mut session = fuser::Session::new(adapter, &options.mountpoint, &config).map_err(|e| {
+    let session = fuser::Session::new(adapter, &options.mountpoint, &config).map_err(|e| {
         format!(
             "cannot mount {} at {}: {e}",
             options.store.display(),
             options.mountpoint.display()
         )
     })?;
+    let own_mount = OwnMount::record(&options.mountpoint);
+    if own_mount.is_none() {
+        log::warn!(
+            "cannot find this mount in /proc/self/mountinfo; a signal will end the daemon without unmounting"
+        );
+    }
     let notifier = session.notifier();
-    let mut unmounter = session.unmount_callable();
 
     let writeback = fs.writeback();
     std::thread::Builder::new()
@@ -261,14 +267,15 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
                 if let Err(why) = writeback.flush(None) {
                     log::error!("flush at signal {signal} failed: {why}");
                 }
-                if let Err(e) = unmounter.unmount() {
-                    log::warn!("unmount after signal {signal} failed ({e}); detaching lazily");
-                    if let Ok(path) =
-                        std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
-                    {
-                        // SAFETY: a valid NUL-terminated path.
-                        unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
-                    }
+                // Only this daemon's own mount is unmounted. One covered by a
+                // later mount on the same path, or already detached, cannot be
+                // reached by its path: ending the process ends its connection.
+                if !own_mount.as_ref().is_some_and(OwnMount::unmount) {
+                    log::warn!(
+                        "{} is not this daemon's mount on top any more; ending without unmounting the path",
+                        mountpoint.display()
+                    );
+                    std::process::exit(0);
                 }
             }
         })
@@ -281,7 +288,16 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
     }
     // Logged after detaching, so a daemon's --log-file starts with it.
     log::info!("{description} mounted at {}", options.mountpoint.display());
-    let result = session.run();
+    // fuser unmounts the path when a session ends, whatever is mounted there
+    // by then; the mount is kept from it (never dropped), and unmounted above
+    // only while it is this daemon's own.
+    let background = std::mem::ManuallyDrop::new(session.spawn().map_err(|e| e.to_string())?);
+    // SAFETY: the handle is moved out once and `background` is never used or
+    // dropped again, so nothing is read or freed twice.
+    let guard = unsafe { std::ptr::read(&background.guard) };
+    let result = guard
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the session thread panicked")));
     let unwritten = fs.writeback().shutdown();
     if !unwritten.is_empty() {
         log::error!(

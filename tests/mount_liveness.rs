@@ -306,3 +306,119 @@ fn a_log_that_cannot_be_read_now_is_not_damage_and_is_retried() {
         || !dir.join("error").exists() && std::fs::read(dir.join("transcript.md")).is_ok(),
     );
 }
+
+/// The mounts stacked on `path`, bottom first.
+fn mounts_at(path: &Path) -> Vec<sessionfs::mountinfo::MountEntry> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    sessionfs::mountinfo::parse(&text)
+        .into_iter()
+        .filter(|e| e.mount_point == path)
+        .collect()
+}
+
+/// A second `sessionfs -f` mounted on a path that already has a mount; ended
+/// (and whatever it left detached) when dropped.
+struct Stacked {
+    child: std::process::Child,
+    path: PathBuf,
+}
+
+impl Stacked {
+    fn new(store: &Path, path: &Path) -> (Stacked, sessionfs::mountinfo::MountEntry) {
+        let before = mounts_at(path).len();
+        let child = std::process::Command::new(common::binary())
+            .args(["-f", "-o", "grace=60"])
+            .arg(store)
+            .arg(path)
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let stacked = Stacked {
+            child,
+            path: path.to_path_buf(),
+        };
+        within(Duration::from_secs(10), "the stacked mount", || {
+            mounts_at(path).len() > before
+        });
+        let entry = mounts_at(path).pop().expect("top");
+        (stacked, entry)
+    }
+}
+
+impl Drop for Stacked {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && !matches!(self.child.try_wait(), Ok(Some(_))) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let path = std::ffi::CString::new(self.path.as_os_str().as_encoded_bytes()).expect("path");
+        // Whatever is left on the path (a dead connection) is detached.
+        while !mounts_at(&self.path).is_empty() {
+            // SAFETY: a valid NUL-terminated path.
+            if unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } != 0 {
+                break;
+            }
+        }
+    }
+}
+
+/// Waits for a child process (not reaped) to end: gone or a zombie.
+fn wait_exited(pid: u32) {
+    within(Duration::from_secs(10), "the daemon's exit", || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|s| s.trim_start().starts_with('Z'))
+        })
+    });
+}
+
+#[test]
+fn unmounting_a_stacked_mount_leaves_the_one_below() {
+    let below = store_copy("jsonl");
+    let above = store_copy("sqlite17");
+    let mount = Mount::new(&below.path, &["-o", "grace=60"]);
+    let path = mount.path().canonicalize().expect("path");
+    let own = mounts_at(&path).pop().expect("the first mount");
+    let (mut stacked, _) = Stacked::new(&above.path, &path);
+    let cpath = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::umount(cpath.as_ptr()) }, 0, "umount once");
+    within(Duration::from_secs(10), "the upper daemon's exit", || {
+        matches!(stacked.child.try_wait(), Ok(Some(_)))
+    });
+    assert_eq!(
+        mounts_at(&path),
+        vec![own],
+        "the mount below is still there, untouched"
+    );
+    assert!(listed(&path).contains(&"release-notes".to_string()));
+}
+
+#[test]
+fn a_detached_daemon_ends_without_unmounting_the_new_mount() {
+    let first = store_copy("jsonl");
+    let second = store_copy("sqlite17");
+    let mount = Mount::new(&first.path, &["-o", "grace=60"]);
+    let path = mount.path().canonicalize().expect("path");
+    // A file kept open keeps the detached mount's connection alive.
+    let open =
+        std::fs::File::open(session_dir(&path, "release-notes").join("header.json")).expect("open");
+    let cpath = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(
+        unsafe { libc::umount2(cpath.as_ptr(), libc::MNT_DETACH) },
+        0
+    );
+    let (_stacked, entry) = Stacked::new(&second.path, &path);
+    // SAFETY: signalling the first mount's daemon, our child.
+    unsafe { libc::kill(mount.pid() as i32, libc::SIGTERM) };
+    wait_exited(mount.pid());
+    assert_eq!(mounts_at(&path), vec![entry], "the new mount is untouched");
+    assert!(listed(&path).contains(&"ledger-chat".to_string()));
+    drop(open);
+}
