@@ -8,7 +8,6 @@ use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use fuser::{Config, MountOption, SessionACL};
 use sessionfs::cli::{self, Command, Options};
@@ -163,6 +162,7 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
         cache_bytes: options.cache_bytes,
         write_window: options.window,
         repair: options.repair && !options.read_only,
+        poll: options.poll,
         ..FsConfig::default()
     };
     let fs = SessionFs::new(store, config);
@@ -238,14 +238,18 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
     std::thread::Builder::new()
         .name("follow".into())
         .spawn(move || {
-            // Follow the store: new events show up within a second, and the kernel is
-            // told to drop what it cached of files that changed.
+            // Follow the store (inotify, or polling where it cannot work): changes
+            // show within a second, and the kernel is told to drop what it cached
+            // of files that changed and of names that went.
             while let Some(fs) = watched.upgrade() {
-                for ino in fs.poll_changes() {
+                let changes = fs.follow_changes();
+                drop(fs);
+                for ino in changes.inodes {
                     let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, -1);
                 }
-                drop(fs);
-                std::thread::sleep(Duration::from_millis(500));
+                for name in changes.root_names {
+                    let _ = notifier.inval_entry(fuser::INodeNo(1), std::ffi::OsStr::new(&name));
+                }
             }
         })
         .map_err(|e| e.to_string())?;

@@ -422,3 +422,103 @@ fn a_detached_daemon_ends_without_unmounting_the_new_mount() {
     assert!(listed(&path).contains(&"ledger-chat".to_string()));
     drop(open);
 }
+
+/// The inotify watches a process holds, from its descriptors' fdinfo.
+fn inotify_watches(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .expect("fdinfo")
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .map(|info| {
+            info.lines()
+                .filter(|l| l.starts_with("inotify wd:"))
+                .count()
+        })
+        .sum()
+}
+
+#[test]
+fn a_removed_session_name_leads_nowhere_within_a_second_without_a_listing() {
+    let copy = store_copy("jsonl");
+    let mount = Mount::new(&copy.path, &["-o", "grace=60"]);
+    let dir = session_dir(mount.path(), "release-notes");
+    assert!(dir.join("header.json").exists());
+    std::fs::remove_dir_all(session_home(&copy.path, "release-notes")).expect("delete");
+    within(
+        Duration::from_secs(1),
+        "the removed session's name failing",
+        || std::fs::metadata(&dir).is_err(),
+    );
+}
+
+#[test]
+fn watches_follow_the_sessions_in_use() {
+    let copy = store_copy("jsonl");
+    let mount = Mount::new(&copy.path, &["-o", "grace=60"]);
+    let projects = std::fs::read_dir(&copy.path).expect("root").count();
+    within(
+        Duration::from_secs(2),
+        "the store's directories watched",
+        || inotify_watches(mount.pid()) == projects + 1,
+    );
+    let used = ["release-notes", "gateway-resume", "ops-audit-log"];
+    for id in used {
+        std::fs::read(session_dir(mount.path(), id).join("index.jsonl")).expect("read");
+    }
+    assert_eq!(
+        inotify_watches(mount.pid()),
+        projects + 1 + used.len(),
+        "one watch per session in use"
+    );
+    // A change in a used session shows at once, with nothing polled.
+    let dir = session_dir(mount.path(), "gateway-resume");
+    let last = event_count(&dir) - 1;
+    let transcript = dir.join("transcript.md");
+    let needle = "watched, not polled 77c1";
+    append_jsonl(
+        &session_home(&copy.path, "gateway-resume").join("session.jsonl"),
+        &user_turn(last, 50, needle),
+    );
+    within(Duration::from_secs(1), "the appended turn", || {
+        std::fs::read_to_string(&transcript).is_ok_and(|t| t.contains(needle))
+    });
+}
+
+#[test]
+fn a_tiny_cache_keeps_few_watches() {
+    let copy = store_copy("jsonl");
+    let mount = Mount::new(&copy.path, &["-o", "grace=60,cache=0"]);
+    let projects = std::fs::read_dir(&copy.path).expect("root").count();
+    for id in [
+        "release-notes",
+        "gateway-resume",
+        "ops-audit-log",
+        "ledger-chat",
+    ] {
+        std::fs::read(session_dir(mount.path(), id).join("index.jsonl")).expect("read");
+    }
+    assert!(
+        inotify_watches(mount.pid()) <= projects + 2,
+        "views dropped from the cache are no longer watched: {} watches",
+        inotify_watches(mount.pid())
+    );
+}
+
+#[test]
+fn the_polling_fallback_shows_changes_within_a_second() {
+    let copy = store_copy("jsonl");
+    let mount = Mount::new(&copy.path, &["-o", "grace=60,poll"]);
+    let dir = session_dir(mount.path(), "release-notes");
+    let last = event_count(&dir) - 1;
+    assert_eq!(inotify_watches(mount.pid()), 0, "-o poll watches nothing");
+    let needle = "polled, not watched 3e0a";
+    append_jsonl(
+        &session_home(&copy.path, "release-notes").join("session.jsonl"),
+        &user_turn(last, 90, needle),
+    );
+    within(
+        Duration::from_secs(1),
+        "the appended turn in events/",
+        || event_count(&dir) == last + 4,
+    );
+}

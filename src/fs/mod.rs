@@ -5,8 +5,9 @@
 //! Modules, one job each: [`table`] (the sessions shown and relisting),
 //! [`cache`] (which views are loaded, least recently used first), [`attr`]
 //! (attributes), [`handles`] (open files and their snapshots), [`control`]
-//! (the `fork` and `flush` commands), [`inode`] (inode numbers) and
-//! [`writeback`] (making fork children durable). This file holds the view of
+//! (the `fork` and `flush` commands), [`follow`] (store changes, by inotify
+//! or polling), [`inode`] (inode numbers) and [`writeback`] (making fork
+//! children durable). This file holds the view of
 //! one session (loading, refreshing, eviction) and lookup and listing.
 //!
 //! No operation walks every session: a lookup, a read, a listing batch and an
@@ -21,11 +22,12 @@
 //!    table is held: relisting defers what needs a view until it let go.
 //! 3. Leaves, held briefly and never while taking another lock: `Slot::listing`,
 //!    `Slot::source`, `Slot::checked`, `Slot::control`, `SessionFs::lru`,
-//!    `SessionFs::stale`, the handle table.
+//!    `SessionFs::stale`, the handle table, the follow state's watches.
 
 mod attr;
 mod cache;
 pub mod control;
+pub mod follow;
 mod handles;
 pub mod inode;
 mod table;
@@ -65,6 +67,9 @@ pub struct FsConfig {
     pub relist: Duration,
     /// `-o repair`: make the crash repair of quiet sessions durable in the store.
     pub repair: bool,
+    /// `-o poll`: check used sessions every `recheck` instead of watching the
+    /// store with inotify.
+    pub poll: bool,
 }
 
 impl Default for FsConfig {
@@ -79,6 +84,7 @@ impl Default for FsConfig {
             recheck: Duration::from_millis(250),
             relist: Duration::from_secs(1),
             repair: false,
+            poll: false,
         }
     }
 }
@@ -135,6 +141,7 @@ pub struct SessionFs {
     /// told to drop its caches of them by the follow thread, never from inside a
     /// request (that can deadlock).
     stale: Mutex<Vec<u64>>,
+    follow: follow::Follow,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -159,16 +166,18 @@ impl SessionFs {
         let store: Arc<dyn Backend> = Arc::from(store);
         let memory = Arc::new(MemoryStore::default());
         let writeback = Writeback::new(store.clone(), memory.clone(), config.write_window);
+        let follow = follow::Follow::new(store.as_ref(), config.poll);
         let fs = Arc::new(SessionFs {
             store,
             memory,
             writeback: writeback.clone(),
-            config,
             table: RwLock::default(),
             lru: Mutex::default(),
             handles: handles::Handles::default(),
             started: SystemTime::now(),
             stale: Mutex::default(),
+            follow,
+            config,
         });
         let weak = Arc::downgrade(&fs);
         writeback.set_durable_hook(Box::new(move |id, key| {
@@ -264,6 +273,7 @@ impl SessionFs {
                 }
                 *guard = Some(view);
                 *lock(&slot.checked) = Instant::now();
+                self.follow.watch_session(self.store.as_ref(), slot);
             }
             Some(view) => {
                 let mut checked = lock(&slot.checked);
@@ -302,7 +312,10 @@ impl SessionFs {
                 continue;
             };
             match slot.view.try_lock() {
-                Ok(mut view) => *view = None,
+                Ok(mut view) => {
+                    *view = None;
+                    self.follow.unwatch_session(victim);
+                }
                 Err(_) => lock(&self.lru).record(victim, bytes),
             }
         }
@@ -311,6 +324,7 @@ impl SessionFs {
     /// Takes a dropped view off the cache's list.
     fn forget_view(&self, number: u32) {
         lock(&self.lru).remove(number);
+        self.follow.unwatch_session(number);
     }
 
     /// The bytes of one generated file of a session whose view is locked.
@@ -346,36 +360,6 @@ impl SessionFs {
             }
             self.view_file(&slot, view, which)
         })?
-    }
-
-    /// Re-checks every loaded session against the store and returns the inodes
-    /// whose content changed, so the adapter can tell the kernel to drop its
-    /// caches. Costs what the loaded sessions cost, never the whole store.
-    pub fn poll_changes(&self) -> Vec<u64> {
-        let loaded = lock(&self.lru).slots();
-        let mut changed = std::mem::take(&mut *lock(&self.stale));
-        for number in loaded {
-            let Some(slot) = self.table().get(number) else {
-                continue;
-            };
-            if slot.refusal.is_some() {
-                continue;
-            }
-            let (backend, _) = self.backend_of(&slot);
-            let Ok(mut guard) = slot.view.try_lock() else {
-                continue;
-            };
-            let Some(view) = guard.as_mut() else { continue };
-            *lock(&slot.checked) = Instant::now();
-            let mut refreshed = view.refresh(backend.as_ref());
-            if self.config.repair && matches!(*lock(&slot.source), Source::Store(_)) {
-                refreshed |= self.repair(&slot, view);
-            }
-            if refreshed {
-                changed.extend(Self::session_inodes(number));
-            }
-        }
-        changed
     }
 
     /// Writes a quiet session's crash repair into the store (`-o repair`), the way

@@ -220,6 +220,11 @@ impl SessionFs {
         }
     }
 
+    /// The store's directories changed: the next listing asks the store.
+    pub(super) fn forget_listing_age(&self) {
+        self.table_mut().listed_at = None;
+    }
+
     /// Serves a slot from another stored artifact from now on. Listing and
     /// source change together under the view's lock, so no reader pairs one
     /// with the other.

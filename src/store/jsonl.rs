@@ -735,6 +735,19 @@ impl Backend for JsonlStore {
         Some(revision)
     }
 
+    fn watch_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self.root.clone()];
+        dirs.extend(Self::subdirs(&self.root).into_iter().map(|(_, p)| p));
+        dirs
+    }
+
+    fn session_dir(&self, key: &SessionKey) -> Option<PathBuf> {
+        match key {
+            SessionKey::File(path) => path.parent().map(Path::to_path_buf),
+            SessionKey::Row(_) => None,
+        }
+    }
+
     fn find(&self, id: &str) -> Vec<Listing> {
         let Some(segment) = encode_segment(id) else {
             return Vec::new();

@@ -9,6 +9,7 @@ pub mod jsonl;
 pub mod memory;
 pub mod sqlite;
 pub mod tail;
+pub mod watch;
 pub mod zstd_frames;
 
 use std::ops::ControlFlow;
@@ -149,6 +150,26 @@ pub trait Backend: Send + Sync {
     /// A cheap identity of the set of sessions: while it is unchanged, listing
     /// again would find nothing new. `None` when the store cannot tell.
     fn listing_revision(&self) -> Option<String> {
+        None
+    }
+
+    /// The directories whose changes may add, remove or write sessions, to be
+    /// watched while mounted (JSONL: the root and each project directory;
+    /// SQLite: the database's directory). Empty: the store cannot be watched.
+    fn watch_dirs(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
+
+    /// True when a change to entry `name` of a directory of `watch_dirs`
+    /// writes sessions' data itself (SQLite: the database or its WAL), rather
+    /// than adding or removing a session.
+    fn is_data_change(&self, _name: &str) -> bool {
+        false
+    }
+
+    /// The directory holding one session's stored bytes, watched while its
+    /// view is loaded; `None` where `watch_dirs` already covers it.
+    fn session_dir(&self, _key: &SessionKey) -> Option<PathBuf> {
         None
     }
 

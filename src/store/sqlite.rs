@@ -410,6 +410,22 @@ impl Backend for SqliteStore {
         })
     }
 
+    fn watch_dirs(&self) -> Vec<PathBuf> {
+        self.path
+            .parent()
+            .map(Path::to_path_buf)
+            .into_iter()
+            .collect()
+    }
+
+    /// Writes land in the database file or its WAL; `-shm` and `-journal`
+    /// are SQLite's bookkeeping and change with reads too.
+    fn is_data_change(&self, name: &str) -> bool {
+        let file = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+        Some(name.to_string()) == file(&self.path)
+            || Some(name.to_string()) == file(&self.wal_path())
+    }
+
     fn try_list(&self) -> Result<Vec<Listing>, Refusal> {
         let rows: Vec<SessionRow> = self.read(|tx| {
             tx.prepare_cached(LIST_SESSIONS)?

@@ -264,7 +264,11 @@ impl SessionView {
     /// as the session goes quiet or is written again. Returns true when any file
     /// of the session changed.
     pub fn refresh(&mut self, backend: &dyn Backend) -> bool {
-        let revision = backend.revision(&self.key).ok();
+        let revision = match backend.revision(&self.key) {
+            // The store cannot be read now: what is shown stays as it is.
+            Err(refusal) if refusal.is_unavailable() => return false,
+            revision => revision.ok(),
+        };
         // A log that could not be read is tried again at every refresh.
         let stored_changed = revision != self.revision || self.is_unavailable();
         if stored_changed {
