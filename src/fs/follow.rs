@@ -161,16 +161,6 @@ impl Follow {
             }
         }
     }
-
-    /// Watches held now: (store directories, session directories, polled sessions).
-    pub fn counts(&self) -> (usize, usize, usize) {
-        let watches = lock(&self.watches);
-        (
-            watches.dirs.len(),
-            watches.sessions.len(),
-            watches.polled.len(),
-        )
-    }
 }
 
 impl SessionFs {
@@ -312,14 +302,10 @@ impl SessionFs {
     /// and returns the inodes whose content changed.
     pub fn poll_changes(&self) -> Vec<u64> {
         let mut changed = std::mem::take(&mut *lock(&self.stale));
-        for number in lock(&self.lru).slots() {
+        let loaded = lock(&self.lru).slots();
+        for number in loaded {
             self.refresh_loaded(number, &mut changed);
         }
         changed
-    }
-
-    /// Watches held: (store directories, session directories, polled sessions).
-    pub fn watch_counts(&self) -> (usize, usize, usize) {
-        self.follow.counts()
     }
 }
