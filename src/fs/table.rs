@@ -211,6 +211,7 @@ impl SessionFs {
                 log::info!("session {:?} was removed from the store", slot.id);
             }
             table.remove(number);
+            self.follow.unwatch_session(number);
         }
         table.listed_at = Some(Instant::now());
         table.listed_revision = revision;
