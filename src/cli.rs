@@ -23,6 +23,8 @@ Options:
                             ro, rw, allow_other, allow_root, default_permissions,
                             repair (write the crash repair of quiet sessions
                             into the store, as the Harness's load would),
+                            poll (check used sessions every 0.5 s instead of
+                            inotify; automatic on NFS, SMB, 9p and FUSE stores),
                             uid=N, gid=N, grace=SECONDS, cache=MIB (default 1024),
                             window=MS (fork write-behind window, default 200),
                             attr_timeout=SECONDS (default 1), fsname=NAME,
@@ -59,6 +61,8 @@ pub struct Options {
     pub umask: Option<u16>,
     /// Make the crash repair of quiet sessions durable in the store.
     pub repair: bool,
+    /// Poll used sessions for changes instead of watching the store with inotify.
+    pub poll: bool,
     /// Where a detached sessionfs writes its log (stderr otherwise goes to /dev/null).
     pub log_file: Option<PathBuf>,
     /// Generic mount flags passed to the kernel as given.
@@ -101,6 +105,7 @@ impl Options {
             "" => {}
             "ro" => self.read_only = true,
             "repair" => self.repair = true,
+            "poll" => self.poll = true,
             "rw" => self.read_only = false,
             "allow_other" => self.allow_other = true,
             "allow_root" => self.allow_root = true,
@@ -167,6 +172,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         fsname: None,
         umask: None,
         repair: false,
+        poll: false,
         log_file: None,
         kernel_flags: Vec::new(),
     };

@@ -11,7 +11,8 @@ use crate::model::Refusal;
 pub enum Error {
     /// No such file or session (ENOENT). Expected during lookups: logged at debug.
     NotFound(String),
-    /// A session's log cannot be read (EIO for damage, EOPNOTSUPP for a newer format).
+    /// A session's log cannot be read (EIO for damage, EOPNOTSUPP for a newer
+    /// format, the store's own errno when it cannot be read now).
     Unreadable(Refusal),
     /// Malformed control-file input or a refused boundary (EINVAL).
     Invalid(String),
@@ -36,6 +37,7 @@ impl Error {
             Error::Unreadable(Refusal::Corrupt(_)) => libc::EIO,
             // The log is fine; this build cannot interpret it.
             Error::Unreadable(Refusal::Unsupported(_)) => libc::EOPNOTSUPP,
+            Error::Unreadable(Refusal::Unavailable { errno, .. }) => *errno,
             Error::Invalid(_) => libc::EINVAL,
             Error::Exists(_) => libc::EEXIST,
             Error::NameTooLong(_) => libc::ENAMETOOLONG,

@@ -82,7 +82,11 @@ fn file_attr(attr: &Attr) -> FileAttr {
         // 128 KiB. A small file keeps 128 KiB: with direct I/O the kernel pins
         // the whole buffer a read asks for, so a 1 MiB buffer made each read of
         // a small file cost four times as much.
-        blksize: if attr.size >= 1 << 20 { 1 << 20 } else { 128 << 10 },
+        blksize: if attr.size >= 1 << 20 {
+            1 << 20
+        } else {
+            128 << 10
+        },
         flags: 0,
     }
 }

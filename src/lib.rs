@@ -18,6 +18,7 @@ pub mod fuse_adapter;
 pub mod fuse_device;
 pub mod json;
 pub mod model;
+pub mod mountinfo;
 pub mod random;
 pub mod render;
 pub mod store;

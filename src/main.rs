@@ -9,13 +9,13 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use fuser::{Config, MountOption, SessionACL};
 use sessionfs::cli::{self, Command, Options};
 use sessionfs::fs::writeback::FlushScope;
 use sessionfs::fs::{FsConfig, SessionFs};
 use sessionfs::fuse_adapter::FuseAdapter;
+use sessionfs::mountinfo::OwnMount;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -159,6 +159,7 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
         umask: options.umask,
         store_read_bits: std::fs::metadata(&options.store)
             .map_or(0o444, |m| (m.permissions().mode() & 0o444) as u16),
+        poll: options.poll,
         ..FsConfig::default()
     };
     let fs = SessionFs::new(store, config);
@@ -208,15 +209,20 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
     // Signals are handled by one thread with sigwait; every thread blocks them.
     let signals = block_signals();
     let adapter = FuseAdapter::new(fs.clone(), options.attr_timeout, options.store.clone());
-    let mut session = fuser::Session::new(adapter, &options.mountpoint, &config).map_err(|e| {
+    let session = fuser::Session::new(adapter, &options.mountpoint, &config).map_err(|e| {
         format!(
             "cannot mount {} at {}: {e}",
             options.store.display(),
             options.mountpoint.display()
         )
     })?;
+    let own_mount = OwnMount::record(&options.mountpoint);
+    if own_mount.is_none() {
+        log::warn!(
+            "cannot find this mount in /proc/self/mountinfo; a signal will end the daemon without unmounting"
+        );
+    }
     let notifier = session.notifier();
-    let mut unmounter = session.unmount_callable();
 
     let writeback = fs.writeback();
     std::thread::Builder::new()
@@ -227,18 +233,19 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
     std::thread::Builder::new()
         .name("follow".into())
         .spawn(move || {
-            // Follow the store: new events show up within a second, and the kernel is
-            // told to drop what it cached of files that changed.
+            // Follow the store (inotify, or polling where it cannot work): changes
+            // show within a second, and the kernel is told to drop what it cached
+            // of files that changed and of names that went.
             while let Some(fs) = watched.upgrade() {
-                for ino in fs.poll_changes() {
+                let changes = fs.follow_changes();
+                drop(fs);
+                for ino in changes.inodes {
                     let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, -1);
                 }
-                for name in fs.take_removed() {
+                for name in changes.root_names {
                     let root = fuser::INodeNo(sessionfs::fs::inode::ROOT);
                     let _ = notifier.inval_entry(root, std::ffi::OsStr::new(&name));
                 }
-                drop(fs);
-                std::thread::sleep(Duration::from_millis(500));
             }
         })
         .map_err(|e| e.to_string())?;
@@ -260,14 +267,15 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
                 if let Err(why) = writeback.flush(FlushScope::Everything) {
                     log::error!("flush at signal {signal} failed: {why}");
                 }
-                if let Err(e) = unmounter.unmount() {
-                    log::warn!("unmount after signal {signal} failed ({e}); detaching lazily");
-                    if let Ok(path) =
-                        std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
-                    {
-                        // SAFETY: a valid NUL-terminated path.
-                        unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
-                    }
+                // Only this daemon's own mount is unmounted. One covered by a
+                // later mount on the same path, or already detached, cannot be
+                // reached by its path: ending the process ends its connection.
+                if !own_mount.as_ref().is_some_and(OwnMount::unmount) {
+                    log::warn!(
+                        "{} is not this daemon's mount on top any more; ending without unmounting the path",
+                        mountpoint.display()
+                    );
+                    std::process::exit(0);
                 }
             }
         })
@@ -280,7 +288,24 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
     }
     // Logged after detaching, so a daemon's --log-file starts with it.
     log::info!("{description} mounted at {}", options.mountpoint.display());
-    let result = session.run();
+    // fuser unmounts the path when a session ends, whatever is mounted there
+    // by then; the mount is kept from it (never dropped), and unmounted above
+    // only while it is this daemon's own.
+    let background = std::mem::ManuallyDrop::new(session.spawn().map_err(|e| e.to_string())?);
+    // SAFETY: the handle is moved out once and `background` is never used or
+    // dropped again, so nothing is read or freed twice.
+    let guard = unsafe { std::ptr::read(&background.guard) };
+    let result = guard
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the session thread panicked")))
+        .or_else(|e| match e.raw_os_error() {
+            // The kernel ends the connection of a mount detached with
+            // `umount -l` once its last file closes; a reader still waiting on
+            // /dev/fuse then gets ECONNABORTED rather than ENODEV. Both are the
+            // end of the mount, not a failure.
+            Some(libc::ECONNABORTED) => Ok(()),
+            _ => Err(e),
+        });
     let unwritten = fs.writeback().shutdown();
     if !unwritten.is_empty() {
         log::error!(

@@ -24,13 +24,27 @@ use sessionfs::store::{
     Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey,
 };
 
-/// Counts what the filesystem asks of the store.
+/// Counts what the filesystem asks of the store; `busy` makes the store
+/// unreadable for now, as a database locked past its timeout is.
 #[derive(Default)]
 struct Calls {
     list: AtomicUsize,
     find: AtomicUsize,
     revision: AtomicUsize,
     scan: AtomicUsize,
+    busy: std::sync::atomic::AtomicBool,
+}
+
+impl Calls {
+    fn check_busy(&self) -> Result<(), Refusal> {
+        match self.busy.load(Ordering::Relaxed) {
+            true => Err(Refusal::Unavailable {
+                errno: libc::EBUSY,
+                reason: "the store is busy".into(),
+            }),
+            false => Ok(()),
+        }
+    }
 }
 
 /// A `MemoryStore` that counts calls, shared with the test. It hands its
@@ -53,22 +67,25 @@ impl Backend for Counted {
         all.sort_by(|a, b| a.id.cmp(&b.id));
         all
     }
-    fn list_parts(&self, each: &mut dyn FnMut(Vec<Listing>)) {
-        let all = self.list();
+    fn list_parts(&self, each: &mut dyn FnMut(Vec<Listing>)) -> Result<(), Refusal> {
+        let all = self.try_list()?;
         for part in all.chunks(self.part) {
             each(part.to_vec());
         }
         each(self.extra.clone());
+        Ok(())
     }
     fn find(&self, id: &str) -> Vec<Listing> {
         self.calls.find.fetch_add(1, Ordering::Relaxed);
         self.inner.find(id)
     }
     fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal> {
+        self.calls.check_busy()?;
         self.inner.header(key)
     }
     fn revision(&self, key: &SessionKey) -> Result<Revision, Refusal> {
         self.calls.revision.fetch_add(1, Ordering::Relaxed);
+        self.calls.check_busy()?;
         self.inner.revision(key)
     }
     fn scan(
@@ -78,6 +95,7 @@ impl Backend for Counted {
         sink: &mut EventSink,
     ) -> Result<(ScanPoint, ScanEnd), Refusal> {
         self.calls.scan.fetch_add(1, Ordering::Relaxed);
+        self.calls.check_busy()?;
         self.inner.scan(key, from, sink)
     }
     fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal> {
@@ -550,4 +568,34 @@ fn no_operation_walks_the_store() {
     assert_eq!(world.calls.list.load(Ordering::Relaxed), 1);
     let unique: BTreeSet<_> = names.iter().collect();
     assert_eq!(unique.len(), names.len());
+}
+
+#[test]
+fn a_store_that_cannot_be_read_now_is_no_damage_and_is_read_again() {
+    let world = World::new(2, usize::MAX, config());
+    list(&world.fs, ROOT, 100);
+    let shown = world.read_all(world.file(&name(0), "transcript.md"));
+    world.calls.busy.store(true, Ordering::Relaxed);
+    // A view already shown stays as it is.
+    assert_eq!(world.read_all(world.file(&name(0), "transcript.md")), shown);
+    // One never read says why, with the store's errno and no advice to restore.
+    let session = world.session(&name(1));
+    assert!(world.fs.lookup(session, "transcript.md").is_err());
+    let error = String::from_utf8(world.read_all(world.file(&name(1), "error"))).expect("utf8");
+    assert!(error.contains("the store is busy"), "{error}");
+    assert!(
+        !error.contains("restore") && !error.contains("damaged"),
+        "{error}"
+    );
+    // The store could not be listed: nothing is taken for removed.
+    assert_eq!(list(&world.fs, ROOT, 100).len(), 3);
+    world.calls.busy.store(false, Ordering::Relaxed);
+    // The next access reads it.
+    assert!(world.fs.lookup(session, "error").is_err());
+    let read = world.read_all(world.file(&name(1), "transcript.md"));
+    assert_eq!(
+        read.len(),
+        shown.len(),
+        "the same events as the other session"
+    );
 }

@@ -118,7 +118,7 @@ impl SessionFs {
     /// A file that only grew since it was opened may be read further (`tail -f`);
     /// a rewritten one keeps serving the snapshot taken at open.
     fn follow_growth(&self, fh: u64, ino: Ino, content: Content) -> Content {
-        match self.file_content(ino) {
+        match self.file_content_now(ino) {
             Ok(current)
                 if current.lineage == content.lineage
                     && current.bytes.len() > content.bytes.len()

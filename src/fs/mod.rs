@@ -5,8 +5,9 @@
 //! Modules, one job each: [`table`] (the sessions shown and relisting),
 //! [`cache`] (which views are loaded, least recently used first), [`attr`]
 //! (attributes), [`handles`] (open files and their snapshots), [`control`]
-//! (the `fork` and `flush` commands), [`inode`] (inode numbers) and
-//! [`writeback`] (making fork children durable). This file holds the view of
+//! (the `fork` and `flush` commands), [`follow`] (store changes, by inotify
+//! or polling), [`inode`] (inode numbers) and [`writeback`] (making fork
+//! children durable). This file holds the view of
 //! one session (loading, refreshing, eviction) and lookup and listing.
 //!
 //! No operation walks every session: a lookup, a read, a listing batch and an
@@ -21,12 +22,14 @@
 //! 2. `SessionFs::table` (read or write). A view is never awaited while the
 //!    table is held: relisting defers what needs a view until it let go.
 //! 3. Leaves, held briefly and never while taking another lock: `Slot::listed`,
-//!    `Slot::refusal`, `Slot::checked`, `Slot::control`, `SessionFs::lru`, `SessionFs::stale`,
-//!    the handle table.
+//!    `Slot::refusal`, `Slot::checked`, `Slot::control`, `SessionFs::lru`,
+//!    `SessionFs::stale`, `SessionFs::removed`, the handle table, the follow
+//!    state's watches.
 
 mod attr;
 mod cache;
 pub mod control;
+pub mod follow;
 mod handles;
 pub mod inode;
 mod steps;
@@ -72,6 +75,9 @@ pub struct FsConfig {
     pub umask: Option<u16>,
     /// The read bits of the store's own root, shown on the mount's root.
     pub store_read_bits: u16,
+    /// `-o poll`: check used sessions every `recheck` instead of watching the
+    /// store with inotify.
+    pub poll: bool,
 }
 
 impl Default for FsConfig {
@@ -88,6 +94,7 @@ impl Default for FsConfig {
             repair: false,
             umask: None,
             store_read_bits: 0o444,
+            poll: false,
         }
     }
 }
@@ -148,6 +155,7 @@ pub struct SessionFs {
     removed: Mutex<Vec<String>>,
     /// Held while the store is listed.
     relisting: Mutex<()>,
+    follow: follow::Follow,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -173,11 +181,11 @@ impl SessionFs {
         let store: Arc<dyn Backend> = Arc::from(store);
         let memory = Arc::new(MemoryStore::default());
         let writeback = Writeback::new(store.clone(), memory.clone(), config.write_window);
+        let follow = follow::Follow::new(store.as_ref(), config.poll);
         let fs = Arc::new(SessionFs {
             store,
             memory,
             writeback: writeback.clone(),
-            config,
             table: RwLock::default(),
             lru: Mutex::default(),
             handles: handles::Handles::default(),
@@ -185,6 +193,8 @@ impl SessionFs {
             stale: Mutex::default(),
             removed: Mutex::default(),
             relisting: Mutex::default(),
+            follow,
+            config,
         });
         let weak = Arc::downgrade(&fs);
         writeback.set_durable_hook(Box::new(move |id, key| {
@@ -258,6 +268,17 @@ impl SessionFs {
     /// and bringing it up to date with the store when it was last checked
     /// longer ago than `recheck`.
     fn with_view<T>(&self, slot: &Slot, f: impl FnOnce(&mut SessionView) -> T) -> Result<T> {
+        self.with_view_checked(slot, self.config.recheck, f)
+    }
+
+    /// As [`Self::with_view`], bringing the view up to date when it was last
+    /// checked `max_age` ago or longer.
+    fn with_view_checked<T>(
+        &self,
+        slot: &Slot,
+        max_age: Duration,
+        f: impl FnOnce(&mut SessionView) -> T,
+    ) -> Result<T> {
         let mut guard = lock(&slot.view);
         let (backend, _) = self.backend_of(slot);
         match guard.as_mut() {
@@ -284,10 +305,11 @@ impl SessionFs {
                 }
                 *guard = Some(Box::new(view));
                 *lock(&slot.checked) = Instant::now();
+                self.follow.watch_session(self.store.as_ref(), slot);
             }
             Some(view) => {
                 let mut checked = lock(&slot.checked);
-                if checked.elapsed() >= self.config.recheck && lock(&slot.refusal).is_none() {
+                if checked.elapsed() >= max_age && lock(&slot.refusal).is_none() {
                     *checked = Instant::now();
                     drop(checked);
                     if view.refresh(backend.as_ref()) {
@@ -322,7 +344,10 @@ impl SessionFs {
                 continue;
             };
             match slot.view.try_lock() {
-                Ok(mut view) => *view = None,
+                Ok(mut view) => {
+                    *view = None;
+                    self.follow.unwatch_session(victim);
+                }
                 Err(_) => lock(&self.lru).record(victim, bytes),
             }
         }
@@ -331,6 +356,7 @@ impl SessionFs {
     /// Takes a dropped view off the cache's list.
     fn forget_view(&self, number: u32) {
         lock(&self.lru).remove(number);
+        self.follow.unwatch_session(number);
     }
 
     /// The bytes of one generated file of a session whose view is locked.
@@ -344,47 +370,28 @@ impl SessionFs {
 
     /// The current bytes of a generated file: what `read` serves and `stat` sizes.
     fn file_content(&self, ino: Ino) -> Result<Content> {
+        self.file_content_checked(ino, self.config.recheck)
+    }
+
+    /// A file's bytes as the store holds them this moment: a reader at the end
+    /// of a file asks, so the next read after an append returns its bytes.
+    /// Costs a check of the session's revision (a `stat`, or one row).
+    fn file_content_now(&self, ino: Ino) -> Result<Content> {
+        self.file_content_checked(ino, Duration::ZERO)
+    }
+
+    fn file_content_checked(&self, ino: Ino, max_age: Duration) -> Result<Content> {
         let Ino::Session(number, node) = ino else {
             return Err(Error::IsDir("not a file".into()));
         };
         let which = file_id(node).ok_or_else(|| Error::IsDir("not a regular file".into()))?;
         let slot = self.slot(number)?;
-        self.with_view(&slot, |view| {
+        self.with_view_checked(&slot, max_age, |view| {
             if !self.present(&slot, view, node) {
                 return Err(Error::NotFound(format!("{} has no such file", slot.name)));
             }
             self.view_file(&slot, view, which)
         })?
-    }
-
-    /// Re-checks every loaded session against the store and returns the inodes
-    /// whose content changed, so the adapter can tell the kernel to drop its
-    /// caches. Costs what the loaded sessions cost, never the whole store.
-    pub fn poll_changes(&self) -> Vec<u64> {
-        let loaded = lock(&self.lru).slots();
-        let mut changed = std::mem::take(&mut *lock(&self.stale));
-        for number in loaded {
-            let Some(slot) = self.table().get(number) else {
-                continue;
-            };
-            if lock(&slot.refusal).is_some() {
-                continue;
-            }
-            let (backend, _) = self.backend_of(&slot);
-            let Ok(mut guard) = slot.view.try_lock() else {
-                continue;
-            };
-            let Some(view) = guard.as_mut() else { continue };
-            *lock(&slot.checked) = Instant::now();
-            let mut refreshed = view.refresh(backend.as_ref());
-            if self.config.repair && !lock(&slot.listed).pending {
-                refreshed |= self.repair(&slot, view);
-            }
-            if refreshed {
-                changed.extend(Self::session_inodes(number));
-            }
-        }
-        changed
     }
 
     /// Writes a quiet session's crash repair into the store (`-o repair`), the way

@@ -204,7 +204,7 @@ impl SessionFs {
             table.generation
         };
         let mut moved = Vec::new();
-        self.store.list_parts(&mut |mut part| {
+        let listed = self.store.list_parts(&mut |mut part| {
             // Grouped by id without copying ids: a duplicate id is refused.
             part.sort_by(|a, b| a.id.cmp(&b.id));
             let mut table = self.table_mut();
@@ -235,6 +235,15 @@ impl SessionFs {
                 self.admit(&mut table, &id, group, Some(generation), &mut moved);
             }
         });
+        if let Err(refusal) = listed {
+            // Not a verdict that every session is gone: remove nothing.
+            log::warn!("cannot list the store now: {refusal}");
+            drop(_listing);
+            for (slot, listing) in moved {
+                Self::reread(&slot, listing);
+            }
+            return;
+        }
         let mut table = self.table_mut();
         // Sessions removed from the store leave the listing; fork children not
         // yet durable are in no store listing and stay.
@@ -254,6 +263,7 @@ impl SessionFs {
                 lock(&self.removed).push(slot.name.clone());
             }
             table.remove(number);
+            self.follow.unwatch_session(number);
         }
         table.listed_at = Some(Instant::now());
         table.listed_revision = revision;
@@ -261,6 +271,11 @@ impl SessionFs {
         for (slot, listing) in moved {
             Self::reread(&slot, listing);
         }
+    }
+
+    /// The store's directories changed: the next listing asks the store.
+    pub(super) fn forget_listing_age(&self) {
+        self.table_mut().listed_at = None;
     }
 
     /// Serves a slot from another stored artifact from now on. Listing and

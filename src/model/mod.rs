@@ -20,13 +20,24 @@ pub enum Refusal {
     Unsupported(String),
     /// The log is damaged where it was already committed.
     Corrupt(String),
+    /// The log cannot be read right now (permission denied, an I/O error, a
+    /// database busy past its timeout, a file removed mid-read): no verdict on
+    /// its content, and the next access tries again. `errno` is what a reader
+    /// is answered with.
+    Unavailable { errno: i32, reason: String },
 }
 
 impl Refusal {
     pub fn message(&self) -> &str {
         match self {
             Refusal::Unsupported(m) | Refusal::Corrupt(m) => m,
+            Refusal::Unavailable { reason, .. } => reason,
         }
+    }
+
+    /// True for trouble reading the store now, as opposed to what was read.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Refusal::Unavailable { .. })
     }
 }
 

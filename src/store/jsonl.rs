@@ -73,8 +73,33 @@ fn corrupt(path: &Path, why: impl std::fmt::Display) -> Refusal {
     Refusal::Corrupt(format!("{why} (raw log: {})", path.display()))
 }
 
+/// An I/O error reading a log: the store cannot be read now, which says
+/// nothing of the log's content. Errors that carry no errno (a decoder's
+/// verdict on the bytes) are damage.
 fn io_refusal(path: &Path, e: io::Error) -> Refusal {
-    Refusal::Corrupt(format!("cannot read {}: {e}", path.display()))
+    match e.raw_os_error() {
+        Some(errno) => Refusal::Unavailable {
+            errno,
+            reason: format!("cannot read {} now: {e}", path.display()),
+        },
+        None => Refusal::Corrupt(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// A scan continued from `from` needs a log at least that long: a shorter one
+/// was cut or replaced, and must be read from the start instead.
+fn check_not_shorter(path: &Path, file: &File, from: &ScanPoint) -> Result<(), Refusal> {
+    let len = file.metadata().map_err(|e| io_refusal(path, e))?.len();
+    if len < from.offset {
+        return Err(corrupt(
+            path,
+            format!(
+                "the log is {len} bytes, shorter than the {} already read",
+                from.offset
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Decodes one stored line for a scan (spec §10.4): streamed chunks quickly,
@@ -344,6 +369,7 @@ impl JsonlStore {
         sink: &mut EventSink,
     ) -> Result<(ScanPoint, ScanEnd), Refusal> {
         let file = File::open(path).map_err(|e| io_refusal(path, e))?;
+        check_not_shorter(path, &file, from)?;
         let mut reader = BufReader::with_capacity(256 << 10, file);
         let mut offset = from.offset;
         if offset == 0 {
@@ -461,6 +487,7 @@ impl JsonlStore {
         sink: &mut EventSink,
     ) -> Result<(ScanPoint, ScanEnd), Refusal> {
         let mut file = File::open(path).map_err(|e| io_refusal(path, e))?;
+        check_not_shorter(path, &file, from)?;
         let mut here = from.offset;
         let mut frames = from.frames;
         if frames == 0 {
@@ -673,11 +700,13 @@ impl Backend for JsonlStore {
 
     fn list(&self) -> Vec<Listing> {
         let mut out = Vec::new();
-        self.list_parts(&mut |part| out.extend(part));
+        // Listing a directory store reports no failure of its own: a session
+        // that cannot be read is listed with the reason.
+        let _ = self.list_parts(&mut |part| out.extend(part));
         out
     }
 
-    fn list_parts(&self, each: &mut dyn FnMut(Vec<Listing>)) {
+    fn list_parts(&self, each: &mut dyn FnMut(Vec<Listing>)) -> Result<(), Refusal> {
         let mut flat = Vec::new();
         let mut session_dirs = Vec::new();
         for (_, project) in Self::subdirs(&self.root) {
@@ -708,6 +737,7 @@ impl Backend for JsonlStore {
         for part in session_dirs.chunks(LIST_PART) {
             each(self.list_session_dirs(part));
         }
+        Ok(())
     }
 
     fn listing_revision(&self) -> Option<String> {
@@ -729,6 +759,19 @@ impl Backend for JsonlStore {
             add(dir)?;
         }
         Some(revision)
+    }
+
+    fn watch_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self.root.clone()];
+        dirs.extend(Self::subdirs(&self.root).into_iter().map(|(_, p)| p));
+        dirs
+    }
+
+    fn session_dir(&self, key: &SessionKey) -> Option<PathBuf> {
+        match key {
+            SessionKey::File(path) => path.parent().map(Path::to_path_buf),
+            SessionKey::Row(_) => None,
+        }
     }
 
     fn find(&self, id: &str) -> Vec<Listing> {
@@ -759,6 +802,8 @@ impl Backend for JsonlStore {
         let SessionKey::File(path) = key else {
             return Err(Refusal::Corrupt("not a JSONL session".into()));
         };
+        // A log that cannot be opened now is no verdict on its header.
+        File::open(path).map_err(|e| io_refusal(path, e))?;
         self.read_header(path)
             .map_err(|why| corrupt(path, format!("corrupt session log: {why}")))
     }
@@ -768,8 +813,14 @@ impl Backend for JsonlStore {
             return Err(Refusal::Corrupt("not a JSONL session".into()));
         };
         let meta = std::fs::metadata(path).map_err(|e| io_refusal(path, e))?;
+        // The birth time tells a file created again under a reused inode number.
+        let born = meta
+            .created()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
         Ok(Revision(format!(
-            "{}:{}:{}:{}.{}:{}.{}",
+            "{}.{}.{born}:{}:{}.{}:{}.{}",
             meta.dev(),
             meta.ino(),
             meta.size(),

@@ -9,6 +9,7 @@ pub mod jsonl;
 pub mod memory;
 pub mod sqlite;
 pub mod tail;
+pub mod watch;
 pub mod zstd_frames;
 
 use std::ops::ControlFlow;
@@ -68,9 +69,19 @@ impl Listing {
 }
 
 /// A cheap identity of a session's stored bytes: when it is unchanged, nothing was
-/// appended (JSONL: dev, inode, size, mtime, ctime; SQLite: incarnation, revision).
+/// appended. It reads `ARTIFACT:STATE` (JSONL: dev.inode, then size, mtime,
+/// ctime; SQLite: incarnation, then revision): a new ARTIFACT means the log was
+/// replaced (deleted and created again), so it is read afresh, not continued.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Revision(pub String);
+
+impl Revision {
+    /// True when both revisions name the same stored artifact.
+    pub fn same_artifact(&self, other: &Revision) -> bool {
+        let artifact = |r: &Revision| r.0.split_once(':').map(|(a, _)| a.to_string());
+        artifact(self).is_some() && artifact(self) == artifact(other)
+    }
+}
 
 /// Where one logical event is stored, so it can be read again alone.
 /// `record` is the line's byte offset (raw JSONL), the frame's byte offset (zstd)
@@ -132,11 +143,19 @@ pub trait Backend: Send + Sync {
     /// Every session, from headers alone (never whole logs).
     fn list(&self) -> Vec<Listing>;
 
+    /// As `list`, but a store that cannot be listed right now says so rather
+    /// than answering with no sessions, so none is taken for removed.
+    fn try_list(&self) -> Result<Vec<Listing>, Refusal> {
+        Ok(self.list())
+    }
+
     /// The same listings handed over in parts, so that a caller that keeps
     /// less than a listing need never hold them all. Every session is in one
     /// part, except that the artifacts of one id may be in different parts.
-    fn list_parts(&self, each: &mut dyn FnMut(Vec<Listing>)) {
-        each(self.list());
+    /// Fails, as `try_list`, when the store cannot be listed right now.
+    fn list_parts(&self, each: &mut dyn FnMut(Vec<Listing>)) -> Result<(), Refusal> {
+        each(self.try_list()?);
+        Ok(())
     }
 
     /// The artifacts that hold session `id` (more than one is a duplicate id),
@@ -158,6 +177,26 @@ pub trait Backend: Send + Sync {
     /// A cheap identity of the set of sessions: while it is unchanged, listing
     /// again would find nothing new. `None` when the store cannot tell.
     fn listing_revision(&self) -> Option<String> {
+        None
+    }
+
+    /// The directories whose changes may add, remove or write sessions, to be
+    /// watched while mounted (JSONL: the root and each project directory;
+    /// SQLite: the database's directory). Empty: the store cannot be watched.
+    fn watch_dirs(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
+
+    /// True when a change to entry `name` of a directory of `watch_dirs`
+    /// writes sessions' data itself (SQLite: the database or its WAL), rather
+    /// than adding or removing a session.
+    fn is_data_change(&self, _name: &str) -> bool {
+        false
+    }
+
+    /// The directory holding one session's stored bytes, watched while its
+    /// view is loaded; `None` where `watch_dirs` already covers it.
+    fn session_dir(&self, _key: &SessionKey) -> Option<PathBuf> {
         None
     }
 

@@ -160,9 +160,13 @@ impl SessionView {
             })),
         };
         view.state = match unreadable {
+            // A header the store cannot read now says nothing of its content.
             Some(why) => State::Unreadable(Box::new(Unreadable {
                 header: None,
-                reason: Refusal::Corrupt(format!("{why} ({})", key.describe())),
+                reason: match backend.revision(key) {
+                    Err(unavailable) if unavailable.is_unavailable() => unavailable,
+                    _ => Refusal::Corrupt(format!("{why} ({})", key.describe())),
+                },
                 external: false,
             })),
             None => view.rebuild(backend),
@@ -194,6 +198,11 @@ impl SessionView {
 
     pub fn state(&self) -> &State {
         &self.state
+    }
+
+    /// True when the store could not be read at the last attempt.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(&self.state, State::Unreadable(u) if u.reason.is_unavailable())
     }
 
     pub fn header(&self) -> Option<&SessionHeader> {
@@ -298,12 +307,21 @@ impl SessionView {
     /// as the session goes quiet or is written again. Returns true when any file
     /// of the session changed.
     pub fn refresh(&mut self, backend: &dyn Backend) -> bool {
-        let revision = backend.revision(&self.key).ok();
-        let stored_changed = revision != self.revision;
+        let revision = match backend.revision(&self.key) {
+            // The store cannot be read now: what is shown stays as it is.
+            Err(refusal) if refusal.is_unavailable() => return false,
+            revision => revision.ok(),
+        };
+        // A log that could not be read is tried again at every refresh.
+        let stored_changed = revision != self.revision || self.is_unavailable();
         if stored_changed {
             self.changed_at = SystemTime::now();
+            let same_artifact = matches!(
+                (&revision, &self.revision),
+                (Some(new), Some(old)) if new.same_artifact(old)
+            );
             let continued = match &mut self.state {
-                State::Indexed(indexed) if indexed.resumable => {
+                State::Indexed(indexed) if indexed.resumable && same_artifact => {
                     // Cached files are stale now; dropped first, the transcript they
                     // share is extended in place rather than copied.
                     indexed.cache.clear();
@@ -469,6 +487,9 @@ impl SessionView {
             Refusal::Corrupt(_) => {
                 "The stored log is damaged where it was already committed, so sessionfs shows no view of it rather than a wrong one; restore the file from a backup or inspect it by hand."
             }
+            Refusal::Unavailable { .. } => {
+                "sessionfs could not read the store just now; this says nothing about the log's content. It is read again at the next access."
+            }
         };
         Some(format!("{}\n{advice}\n", u.reason.message()).into_bytes())
     }
@@ -485,6 +506,7 @@ fn with_location(reason: Refusal, key: &SessionKey) -> Refusal {
     match reason {
         Refusal::Corrupt(m) => Refusal::Corrupt(located(m)),
         Refusal::Unsupported(m) => Refusal::Unsupported(located(m)),
+        unavailable @ Refusal::Unavailable { .. } => unavailable,
     }
 }
 

@@ -95,18 +95,47 @@ impl SqliteStore {
         Ok(result)
     }
 
-    fn unreadable(&self, error: rusqlite::Error) -> Refusal {
-        Refusal::Corrupt(format!(
-            "cannot read session database at \"{}\": {error}",
-            self.path.display()
-        ))
+    /// The database's write-ahead log (present in WAL mode).
+    pub fn wal_path(&self) -> PathBuf {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        PathBuf::from(wal)
     }
 
-    fn gone(&self, id: &str) -> Refusal {
-        Refusal::Corrupt(format!(
-            "session {id:?} no longer exists in session database at \"{}\"",
+    /// A failed read: damage when SQLite says the file is no database or is
+    /// corrupt, else trouble reading it now (busy past the timeout, locked,
+    /// permission, I/O), answered with the nearest errno.
+    fn unreadable(&self, error: rusqlite::Error) -> Refusal {
+        use rusqlite::ErrorCode::*;
+        let errno = match error.sqlite_error_code() {
+            Some(DatabaseBusy | DatabaseLocked) => Some(libc::EBUSY),
+            Some(PermissionDenied | ReadOnly) => Some(libc::EACCES),
+            Some(CannotOpen | SystemIoFailure) => Some(libc::EIO),
+            Some(OutOfMemory) => Some(libc::ENOMEM),
+            _ => None,
+        };
+        let message = format!(
+            "cannot read session database at \"{}\": {error}",
             self.path.display()
-        ))
+        );
+        match errno {
+            Some(errno) => Refusal::Unavailable {
+                errno,
+                reason: message,
+            },
+            None => Refusal::Corrupt(message),
+        }
+    }
+
+    /// A session removed from the database while it was being read.
+    fn gone(&self, id: &str) -> Refusal {
+        Refusal::Unavailable {
+            errno: libc::ENOENT,
+            reason: format!(
+                "session {id:?} no longer exists in session database at \"{}\"",
+                self.path.display()
+            ),
+        }
     }
 
     fn session_row(&self, id: &str) -> Result<SessionRow, Refusal> {
@@ -235,21 +264,38 @@ impl Backend for SqliteStore {
     }
 
     fn list(&self) -> Vec<Listing> {
-        let rows = self.read(|tx| {
+        self.try_list().unwrap_or_else(|refusal| {
+            log::error!("cannot list sessions: {refusal}");
+            Vec::new()
+        })
+    }
+
+    fn watch_dirs(&self) -> Vec<PathBuf> {
+        self.path
+            .parent()
+            .map(Path::to_path_buf)
+            .into_iter()
+            .collect()
+    }
+
+    /// Writes land in the database file or its WAL; `-shm` and `-journal`
+    /// are SQLite's bookkeeping and change with reads too.
+    fn is_data_change(&self, name: &str) -> bool {
+        let file = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+        Some(name.to_string()) == file(&self.path)
+            || Some(name.to_string()) == file(&self.wal_path())
+    }
+
+    fn try_list(&self) -> Result<Vec<Listing>, Refusal> {
+        let rows: Vec<SessionRow> = self.read(|tx| {
             tx.prepare_cached(LIST_SESSIONS)?
                 .query_map([], SessionRow::read)?
                 .collect()
-        });
-        let rows: Vec<SessionRow> = match rows {
-            Ok(rows) => rows,
-            Err(refusal) => {
-                log::error!("cannot list sessions: {refusal}");
-                return Vec::new();
-            }
-        };
+        })?;
         // Every session lives in the one database file.
         let mode = self.mode(&SessionKey::Row(String::new()));
-        rows.into_iter()
+        Ok(rows
+            .into_iter()
             .filter_map(|row| {
                 let Cell::Text(id) = &row.id else {
                     // Without a text id the row cannot be looked up again.
@@ -268,7 +314,7 @@ impl Backend for SqliteStore {
                     mode,
                 })
             })
-            .collect()
+            .collect())
     }
 
     fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal> {
@@ -291,8 +337,6 @@ impl Backend for SqliteStore {
         }
     }
 
-    /// The database's last write: the later of the file and its write-ahead log.
-    /// Per-session times are not stored, so a write to any session counts.
     /// Every session lives in the one database file.
     fn mode(&self, _key: &SessionKey) -> Option<u32> {
         use std::os::unix::fs::PermissionsExt;
@@ -301,12 +345,21 @@ impl Backend for SqliteStore {
             .map(|m| m.permissions().mode() & 0o7777)
     }
 
+    /// The database's last write: the later of the file and its write-ahead log.
+    /// Per-session times are not stored, so a write to any session counts. An
+    /// empty write-ahead log holds no write: opening the database (sessionfs's
+    /// own reader does) creates it, and `-shm` is never a write of data.
     fn modified(&self, _key: &SessionKey) -> Option<std::time::SystemTime> {
-        let mut wal = self.path.clone().into_os_string();
-        wal.push("-wal");
-        [self.path.clone(), PathBuf::from(wal)]
-            .iter()
-            .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        let written = |path: PathBuf| {
+            std::fs::metadata(path)
+                .ok()
+                .filter(|m| m.len() > 0)
+                .and_then(|m| m.modified().ok())
+        };
+        let wal = self.wal_path();
+        [written(self.path.clone()), written(wal)]
+            .into_iter()
+            .flatten()
             .max()
     }
 
