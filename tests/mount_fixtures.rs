@@ -589,6 +589,41 @@ fn ls_l_shows_the_sizes_that_reads_return() {
     assert!(checked > 20, "{checked}");
 }
 
+/// What `rsync`, `tar`, `sendfile` and `mmap` copy is the `stat` size: every
+/// file of a mounted tree, control files and `steps/` included, reads exactly
+/// as many bytes as it stats.
+#[test]
+fn every_file_reads_as_many_bytes_as_it_stats() {
+    let copy = store_copy("jsonl");
+    let mount = Mount::new(&copy.path, &["-o", "grace=0"]);
+    // A fork and a failed one give both control files something to say.
+    let parent = session_dir(mount.path(), "release-notes");
+    std::fs::write(parent.join("fork"), b"42 sized-child\n").expect("fork");
+    assert!(std::fs::write(parent.join("fork"), b"x\n").is_err());
+    let (mut files, mut controls) = (0, 0);
+    let mut stack = vec![mount.path().to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("readdir") {
+            let entry = entry.expect("entry");
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).expect("stat");
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() {
+                let read = std::fs::read(&path).expect("read");
+                assert_eq!(meta.len(), read.len() as u64, "{}", path.display());
+                files += 1;
+                controls +=
+                    usize::from(entry.file_name() == "fork" || entry.file_name() == "flush");
+            }
+        }
+    }
+    assert!(
+        files > 1000 && controls > 30,
+        "{files} files, {controls} control files"
+    );
+}
+
 #[test]
 fn inode_numbers_stay_stable_while_mounted() {
     use std::os::unix::fs::MetadataExt;
