@@ -174,6 +174,24 @@ fn names_dir(dir: &Path, size: usize) -> PathBuf {
     path
 }
 
+/// A shell command that `cat`s the `index.jsonl` of `count` sessions spread
+/// evenly over a store of `size`, their paths listed in a file under `dir`.
+fn cat_script(dir: &Path, mnt: &Path, size: usize, count: usize, label: &str) -> String {
+    let paths: Vec<String> = (0..size)
+        .step_by((size / count).max(1))
+        .take(count)
+        .map(|n| {
+            mnt.join(encode_segment(&session_id(n)).expect("id"))
+                .join("index.jsonl")
+                .display()
+                .to_string()
+        })
+        .collect();
+    let list = dir.join(format!("{label}-{size}.txt"));
+    fs::write(&list, paths.join("\n")).expect("path list");
+    format!("xargs cat < {} > /dev/null", quote(&list))
+}
+
 struct Row {
     size: usize,
     floor: f64,
@@ -224,41 +242,15 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
         .map(|_| time_sh(&format!("ls {} | wc -l", quote(&mnt))).0)
         .fold(f64::INFINITY, f64::min);
 
-    // The same 1,000 sessions (every size-th), read once to warm, then timed.
-    let step = (size / CATS).max(1);
-    let picked: Vec<String> = (0..size)
-        .step_by(step)
-        .take(CATS)
-        .map(|n| {
-            mnt.join(encode_segment(&session_id(n)).expect("id"))
-                .join("index.jsonl")
-                .display()
-                .to_string()
-        })
-        .collect();
-    let cat_list = options.dir.join(format!("cats-{size}.txt"));
-    fs::write(&cat_list, picked.join("\n")).expect("cat list");
-    let cat = format!("xargs cat < {} > /dev/null", quote(&cat_list));
+    // The same 1,000 sessions (evenly spread), read once to warm, then timed.
+    let cat = cat_script(&options.dir, &mnt, size, CATS, "cats");
     time_sh(&cat);
     let cats = (0..3)
         .map(|_| time_sh(&cat).0)
         .fold(f64::INFINITY, f64::min);
 
     let idle = (size >= 10_000).then(|| {
-        let read = options.dir.join(format!("read-{size}.txt"));
-        let step = size / 10_000;
-        let paths: Vec<String> = (0..size)
-            .step_by(step.max(1))
-            .take(10_000)
-            .map(|n| {
-                mnt.join(encode_segment(&session_id(n)).expect("id"))
-                    .join("index.jsonl")
-                    .display()
-                    .to_string()
-            })
-            .collect();
-        fs::write(&read, paths.join("\n")).expect("read list");
-        time_sh(&format!("xargs cat < {} > /dev/null", quote(&read)));
+        time_sh(&cat_script(&options.dir, &mnt, size, 10_000, "read"));
         std::thread::sleep(Duration::from_secs(1));
         let before = mount.cpu_seconds();
         std::thread::sleep(Duration::from_secs_f64(options.idle));
