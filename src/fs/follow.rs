@@ -301,15 +301,4 @@ impl SessionFs {
             changed.extend(Self::session_inodes(number));
         }
     }
-
-    /// Re-checks every loaded session against the store (one polling round)
-    /// and returns the inodes whose content changed.
-    pub fn poll_changes(&self) -> Vec<u64> {
-        let mut changed = std::mem::take(&mut *lock(&self.stale));
-        let loaded = lock(&self.lru).slots();
-        for number in loaded {
-            self.refresh_loaded(number, &mut changed);
-        }
-        changed
-    }
 }
