@@ -5,9 +5,9 @@
 //! Modules, one job each: [`table`] (the sessions shown and relisting),
 //! [`cache`] (which views are loaded, least recently used first), [`attr`]
 //! (attributes), [`handles`] (open files and their snapshots), [`control`]
-//! (the `fork` and `flush` commands), [`follow`] (store changes, by inotify
-//! or polling), [`inode`] (inode numbers) and [`writeback`] (making fork
-//! children durable). This file holds the view of
+//! (the `fork` and `flush` commands), [`steps`] (`steps/`), [`follow`] (store
+//! changes, by inotify or polling), [`inode`] (inode numbers) and
+//! [`writeback`] (making fork children durable). This file holds the view of
 //! one session (loading, refreshing, eviction) and lookup and listing.
 //!
 //! No operation walks every session: a lookup, a read, a listing batch and an
