@@ -246,6 +246,9 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
                     let root = fuser::INodeNo(sessionfs::fs::inode::ROOT);
                     let _ = notifier.inval_entry(root, std::ffi::OsStr::new(&name));
                 }
+                for (dir, name) in changes.names {
+                    let _ = notifier.inval_entry(fuser::INodeNo(dir), std::ffi::OsStr::new(&name));
+                }
             }
         })
         .map_err(|e| e.to_string())?;

@@ -38,6 +38,9 @@ pub struct Changes {
     /// Names in the root that no longer lead where they did: their cached
     /// lookups go.
     pub root_names: Vec<String>,
+    /// Names in a directory (its inode, the name) that appeared or went, as
+    /// when a session's log became readable again: their cached lookups go.
+    pub names: Vec<(u64, String)>,
 }
 
 #[derive(Default)]
@@ -224,6 +227,7 @@ impl SessionFs {
             inodes: std::mem::take(&mut *lock(&self.stale)),
             // Sessions a listing found removed.
             root_names: self.take_removed(),
+            names: Vec::new(),
         };
         if !root_events.is_empty() {
             self.store_dirs_changed(&root_events, &mut due, &mut changes);
@@ -232,7 +236,7 @@ impl SessionFs {
             due.extend(lock(&self.lru).slots());
         }
         for number in due {
-            self.refresh_loaded(number, &mut changes.inodes);
+            self.refresh_loaded(number, &mut changes);
         }
         changes
     }
@@ -279,7 +283,7 @@ impl SessionFs {
 
     /// Brings one loaded view up to date; a view in use by a request is
     /// retried next round.
-    fn refresh_loaded(&self, number: u32, changed: &mut Vec<u64>) {
+    fn refresh_loaded(&self, number: u32, changes: &mut Changes) {
         let Some(slot) = self.table().get(number) else {
             return;
         };
@@ -293,12 +297,17 @@ impl SessionFs {
         };
         let Some(view) = guard.as_mut() else { return };
         *lock(&slot.checked) = Instant::now();
+        let was_readable = view.indexed().is_some();
         let mut refreshed = view.refresh(backend.as_ref());
         if self.config.repair && !lock(&slot.listed).pending {
             refreshed |= self.repair(&slot, view);
         }
         if refreshed {
-            changed.extend(Self::session_inodes(number));
+            changes.inodes.extend(Self::session_inodes(number));
+        }
+        if view.indexed().is_some() != was_readable {
+            // `error` and the views swap places: cached names would lie.
+            changes.names.extend(Self::session_names(number));
         }
     }
 }

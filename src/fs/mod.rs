@@ -262,6 +262,14 @@ impl SessionFs {
         .map(move |node| Ino::Session(number, node).encode())
     }
 
+    /// The names of a session's directory, each with the directory's inode.
+    fn session_names(number: u32) -> impl Iterator<Item = (u64, String)> {
+        let dir = Ino::Session(number, Node::Dir).encode();
+        SESSION_FILES
+            .iter()
+            .map(move |(name, _, _)| (dir, name.to_string()))
+    }
+
     // ---- one session's view ----------------------------------------------------
 
     /// Runs `f` on the session's view, loading it first when it is not loaded
