@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Mount, session_dir, store_copy};
+use common::{Mount, session_dir, store_copy, within};
 use serde_json::{Value, json};
 
 #[derive(Clone, Copy, Debug)]
@@ -101,19 +101,6 @@ fn event_count(dir: &Path) -> usize {
     std::fs::read_dir(dir.join("events"))
         .map(|d| d.count())
         .unwrap_or(0)
-}
-
-/// Polls until `check` holds, for at most `limit`; returns how long it took.
-fn within(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !check() {
-        assert!(
-            start.elapsed() < limit,
-            "{what} did not happen within {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    start.elapsed()
 }
 
 fn next_turn(last_seq: u64, turn: u64, time: i64, needle: &str) -> Vec<Value> {

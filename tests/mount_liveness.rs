@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Mount, session_dir, store_copy};
+use common::{Mount, session_dir, store_copy, within};
 use serde_json::{Value, json};
 
 /// The directory of session `id` in a JSONL store.
@@ -51,19 +51,6 @@ fn event_count(dir: &Path) -> u64 {
     std::fs::read_dir(dir.join("events"))
         .expect("events")
         .count() as u64
-}
-
-/// Polls until `check` holds, for at most `limit`; returns how long it took.
-fn within(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !check() {
-        assert!(
-            start.elapsed() < limit,
-            "{what} did not happen within {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    start.elapsed()
 }
 
 fn listed(mount: &Path) -> Vec<String> {

@@ -242,3 +242,16 @@ impl Rng {
         items[self.index(items.len())]
     }
 }
+
+/// Polls until `check` holds, for at most `limit`; returns how long it took.
+pub fn within(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !check() {
+        assert!(
+            start.elapsed() < limit,
+            "{what} did not happen within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    start.elapsed()
+}
