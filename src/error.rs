@@ -26,6 +26,8 @@ pub enum Error {
     NotDir(String),
     /// A directory where a file was expected (EISDIR).
     IsDir(String),
+    /// An inode whose content was replaced since it was looked up (ESTALE).
+    Stale(String),
     /// A store write failed (EIO, or ENOSPC when the disk is full).
     Io { errno: i32, message: String },
 }
@@ -44,6 +46,7 @@ impl Error {
             Error::ReadOnly(_) => libc::EROFS,
             Error::NotDir(_) => libc::ENOTDIR,
             Error::IsDir(_) => libc::EISDIR,
+            Error::Stale(_) => libc::ESTALE,
             Error::Io { errno, .. } => *errno,
         }
     }
@@ -67,6 +70,7 @@ impl fmt::Display for Error {
             | Error::ReadOnly(m)
             | Error::NotDir(m)
             | Error::IsDir(m)
+            | Error::Stale(m)
             | Error::Io { message: m, .. } => f.write_str(m),
             Error::Unreadable(refusal) => f.write_str(refusal.message()),
         }

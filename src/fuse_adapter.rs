@@ -17,7 +17,7 @@ use fuser::{
 };
 
 use crate::error::Error;
-use crate::fs::{Attr, Kind, SessionFs};
+use crate::fs::{Attr, Caching, Kind, SessionFs};
 
 pub struct FuseAdapter {
     fs: Arc<SessionFs>,
@@ -50,6 +50,9 @@ impl FuseAdapter {
     fn entry_ttl(&self, ino: u64) -> Duration {
         if crate::fs::is_session_dir(ino) {
             self.ttl.max(SESSION_DIR_TTL)
+        } else if crate::fs::is_paged(ino) {
+            // The name moves to a new inode when the transcript is rewritten.
+            Duration::ZERO
         } else {
             self.ttl
         }
@@ -225,11 +228,11 @@ impl Filesystem for FuseAdapter {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY;
         match guarded("open", || self.fs.open(ino.0, write)) {
-            Ok((fh, direct)) => {
-                let flags = if direct {
-                    FopenFlags::FOPEN_DIRECT_IO
-                } else {
-                    FopenFlags::empty()
+            Ok((fh, caching)) => {
+                let flags = match caching {
+                    Caching::Direct => FopenFlags::FOPEN_DIRECT_IO,
+                    Caching::PageCache => FopenFlags::empty(),
+                    Caching::KeepPageCache => FopenFlags::FOPEN_KEEP_CACHE,
                 };
                 reply.opened(FileHandle(fh), flags)
             }
@@ -544,5 +547,18 @@ impl Filesystem for FuseAdapter {
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
         reply.error(Errno::ENOSYS);
+    }
+}
+
+/// Hands a spilled transcript to the kernel's page cache, 1 MiB at a time.
+/// An inode the kernel no longer knows is refused (ENOENT): nothing to keep.
+pub fn store_pages(notifier: &fuser::Notifier, spill: &crate::fs::paged::Spill) {
+    const PIECE: usize = 1 << 20;
+    for (k, piece) in spill.bytes.chunks(PIECE).enumerate() {
+        let offset = (k * PIECE) as u64;
+        if let Err(e) = notifier.store(INodeNo(spill.ino), offset, piece) {
+            log::debug!("page cache of inode {} not filled: {e}", spill.ino);
+            return;
+        }
     }
 }

@@ -224,6 +224,19 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
     }
     let notifier = session.notifier();
 
+    // Transcripts of dropped views go to the kernel's page cache, from a
+    // thread of their own: the kernel may wait on a page a request holds.
+    let spills = fs.spill_receiver();
+    let spill_notifier = notifier.clone();
+    std::thread::Builder::new()
+        .name("spill".into())
+        .spawn(move || {
+            for spill in spills {
+                sessionfs::fuse_adapter::store_pages(&spill_notifier, &spill);
+            }
+        })
+        .map_err(|e| e.to_string())?;
+
     let writeback = fs.writeback();
     std::thread::Builder::new()
         .name("writeback".into())

@@ -33,6 +33,9 @@ struct Calls {
     revision: AtomicUsize,
     scan: AtomicUsize,
     busy: std::sync::atomic::AtomicBool,
+    /// Bumped to replace every stored log by a new artifact (deleted and
+    /// written again), which is read afresh rather than continued.
+    incarnation: AtomicUsize,
 }
 
 impl Calls {
@@ -86,7 +89,9 @@ impl Backend for Counted {
     fn revision(&self, key: &SessionKey) -> Result<Revision, Refusal> {
         self.calls.revision.fetch_add(1, Ordering::Relaxed);
         self.calls.check_busy()?;
-        self.inner.revision(key)
+        let incarnation = self.calls.incarnation.load(Ordering::Relaxed);
+        let Revision(inner) = self.inner.revision(key)?;
+        Ok(Revision(format!("{incarnation}.{inner}")))
     }
     fn scan(
         &self,
@@ -454,6 +459,85 @@ fn a_rewritten_file_keeps_the_snapshot_its_descriptor_opened() {
         read_handle(&world.fs, fh),
         held,
         "the descriptor keeps its snapshot"
+    );
+    world.fs.release(fh);
+}
+
+#[test]
+fn a_dropped_views_transcript_is_sized_and_opened_without_reading_the_log_again() {
+    let world = World::new(
+        2,
+        30,
+        FsConfig {
+            cache_bytes: 1,
+            ..config()
+        },
+    );
+    assert!(world.events.len() > 30);
+    let spills = world.fs.spill_receiver();
+    let first = world.file(&name(0), "transcript.md");
+    let size = world.fs.getattr(first).expect("stat").size;
+    world.file(&name(1), "transcript.md");
+    let spill = spills.try_recv().expect("the dropped view's transcript");
+    assert_eq!(spill.ino, first);
+    assert_eq!(spill.bytes.len() as u64, size);
+    let scans = world.calls.scan.load(Ordering::Relaxed);
+    assert_eq!(scans, 2);
+
+    // A glob stats it again and grep opens it: the kernel holds its pages.
+    assert_eq!(world.file(&name(0), "transcript.md"), first);
+    assert_eq!(world.fs.getattr(first).expect("stat").size, size);
+    let (fh, _) = world.fs.open(first, false).expect("open");
+    assert_eq!(world.fs.getattr_open(first, fh).expect("fstat").size, size);
+    assert_eq!(world.calls.scan.load(Ordering::Relaxed), scans);
+
+    // A read the kernel cannot answer reads the session again, to the same bytes.
+    assert_eq!(read_handle(&world.fs, fh), *spill.bytes);
+    assert_eq!(world.calls.scan.load(Ordering::Relaxed), scans + 1);
+    world.fs.release(fh);
+
+    // A log changed since is read again before its size is given.
+    world.file(&name(1), "transcript.md");
+    world.store.insert(
+        SessionHeader::new(&name(0), 1_772_457_300_000),
+        world.events.clone(),
+    );
+    let before = world.calls.scan.load(Ordering::Relaxed);
+    let grown_size = world.fs.getattr(first).expect("stat").size;
+    assert!(grown_size > size, "{grown_size} > {size}");
+    assert_eq!(world.calls.scan.load(Ordering::Relaxed), before + 1);
+}
+
+#[test]
+fn a_rewritten_transcript_is_a_new_inode_and_the_old_one_keeps_its_descriptors() {
+    let world = World::new(1, usize::MAX, config());
+    let old = world.file(&name(0), "transcript.md");
+    let (fh, _) = world.fs.open(old, false).expect("open");
+    let held = read_handle(&world.fs, fh);
+
+    // The log is replaced by one whose transcript does not extend the old one.
+    let mut events = world.events.clone();
+    let user = first_of(&events, "user/message");
+    events[user]["data"]["content"][0]["text"] = serde_json::json!("a different question");
+    world
+        .store
+        .insert(SessionHeader::new(&name(0), 1_772_457_300_000), events);
+    world.calls.incarnation.fetch_add(1, Ordering::Relaxed);
+
+    let new = world.file(&name(0), "transcript.md");
+    assert_ne!(new, old, "a rewritten transcript is a new inode");
+    let now = world.read_all(new);
+    assert!(String::from_utf8_lossy(&now).contains("a different question"));
+    let error = world.fs.getattr(old).expect_err("the old lineage is gone");
+    assert_eq!(error.errno(), libc::ESTALE, "{error}");
+    assert_eq!(
+        world.fs.getattr_open(old, fh).expect("fstat").size,
+        held.len() as u64
+    );
+    assert_eq!(
+        read_handle(&world.fs, fh),
+        held,
+        "the descriptor keeps its bytes"
     );
     world.fs.release(fh);
 }

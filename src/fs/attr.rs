@@ -121,10 +121,18 @@ impl SessionFs {
             let perm = self.control_perm(read_bits);
             return Ok(self.make_attr(ino, Kind::File, size, perm, mtime));
         }
+        if let Node::Transcript(lineage) = node
+            && let Some(spilled) = self.spilled(&slot)
+            && spilled.lineage as u32 == lineage
+        {
+            // A dropped view's transcript: sized without reading the log again.
+            return Ok(self.make_attr(ino, Kind::File, spilled.size, read_bits, spilled.mtime));
+        }
         self.with_view(&slot, |view| {
             if !self.present(&slot, view, node) {
                 return Err(Error::NotFound(format!("{} has no such file", slot.name)));
             }
+            Self::check_current(&slot, view, node)?;
             let mtime = view.mtime();
             match node {
                 Node::Events | Node::Children | Node::Steps | Node::Call(_) => {
@@ -157,7 +165,9 @@ impl SessionFs {
         match node {
             Node::Dir | Node::Children | Node::Flush => true,
             Node::Header => view.header().is_some(),
-            Node::Events | Node::Surface | Node::Transcript | Node::Index | Node::Fork => readable,
+            Node::Events | Node::Surface | Node::Transcript(_) | Node::Index | Node::Fork => {
+                readable
+            }
             Node::Error => !readable,
             Node::Parent => view
                 .header()

@@ -303,7 +303,7 @@ impl SessionFs {
             refreshed |= self.repair(&slot, view);
         }
         if refreshed {
-            changes.inodes.extend(Self::session_inodes(number));
+            changes.inodes.extend(Self::session_inodes(number, view));
         }
         if view.indexed().is_some() != was_readable {
             // `error` and the views swap places: cached names would lie.

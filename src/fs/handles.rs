@@ -2,7 +2,9 @@
 //! never sees size and content disagree. A file that only grew since (same
 //! lineage, old bytes a prefix of the new) moves its handles on to the newer
 //! snapshot, so `tail -f` follows; a rewritten file keeps serving the snapshot
-//! taken at open.
+//! taken at open. A spilled transcript ([`super::paged`]) is opened without
+//! one: the kernel may hold all its pages, and the first read it cannot answer
+//! takes the snapshot.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +18,19 @@ use crate::view::Content;
 
 struct Handle {
     ino: u64,
-    content: Content,
+    /// `None` until the first read of a spilled transcript.
+    content: Option<Content>,
+}
+
+/// How the kernel may cache an open file's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caching {
+    /// Every read reaches the daemon (control files, rewritable views).
+    Direct,
+    /// The page cache, dropped at each open (logged events).
+    PageCache,
+    /// The page cache, kept across opens (`transcript.md`).
+    KeepPageCache,
 }
 
 /// The handle table: a leaf lock, never held while a view is locked.
@@ -35,13 +49,13 @@ impl Default for Handles {
 }
 
 impl Handles {
-    fn insert(&self, ino: u64, content: Content) -> u64 {
+    fn insert(&self, ino: u64, content: Option<Content>) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         lock(&self.open).insert(fh, Handle { ino, content });
         fh
     }
 
-    fn get(&self, fh: u64) -> Option<(u64, Content)> {
+    fn get(&self, fh: u64) -> Option<(u64, Option<Content>)> {
         lock(&self.open)
             .get(&fh)
             .map(|h| (h.ino, h.content.clone()))
@@ -49,7 +63,7 @@ impl Handles {
 
     fn advance(&self, fh: u64, content: Content) {
         if let Some(handle) = lock(&self.open).get_mut(&fh) {
-            handle.content = content;
+            handle.content = Some(content);
         }
     }
 
@@ -71,9 +85,8 @@ fn is_control(ino: Ino) -> bool {
 }
 
 impl SessionFs {
-    /// Opens a file; returns the handle and whether reads must bypass the page
-    /// cache (control files, computed per read, and views that can be rewritten).
-    pub fn open(&self, ino: u64, write: bool) -> Result<(u64, bool)> {
+    /// Opens a file; returns the handle and how the kernel may cache its bytes.
+    pub fn open(&self, ino: u64, write: bool) -> Result<(u64, Caching)> {
         let decoded =
             Ino::decode(ino).ok_or_else(|| Error::NotFound(format!("unknown inode {ino}")))?;
         let control = is_control(decoded);
@@ -84,22 +97,40 @@ impl SessionFs {
             return Err(Error::ReadOnly("the mount is read-only (-o ro)".into()));
         }
         let content = if control {
-            Content {
+            Some(Content {
                 bytes: Arc::new(Vec::new()),
                 lineage: 0,
-            }
+            })
+        } else if self.is_spilled(decoded) {
+            None
         } else {
-            self.file_content(decoded)?
+            Some(self.file_content(decoded)?)
         };
         let fh = self.handles.insert(ino, content);
         // The page cache is shared by every open of an inode, so it could mix the
-        // bytes of two snapshots; files that can be rewritten bypass it. Logged
-        // events never change and keep the cache.
-        Ok((fh, control || super::is_rewritable(ino)))
+        // bytes of two snapshots; files that can be rewritten in place bypass it.
+        // Logged events never change; each transcript inode only grows.
+        let caching = if super::is_paged(ino) {
+            Caching::KeepPageCache
+        } else if control || super::is_rewritable(ino) {
+            Caching::Direct
+        } else {
+            Caching::PageCache
+        };
+        Ok((fh, caching))
+    }
+
+    /// True for the transcript of a dropped view, sized without reading it.
+    fn is_spilled(&self, ino: Ino) -> bool {
+        let Ino::Session(number, Node::Transcript(lineage)) = ino else {
+            return false;
+        };
+        let spilled = self.slot(number).ok().and_then(|slot| self.spilled(&slot));
+        spilled.is_some_and(|s| s.lineage as u32 == lineage)
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<ReadData> {
-        let (ino, mut content) = self
+        let (ino, held) = self
             .handles
             .get(fh)
             .ok_or_else(|| Error::Invalid(format!("unknown file handle {fh}")))?;
@@ -109,6 +140,14 @@ impl SessionFs {
             let status = self.control_status(decoded)?;
             return Ok(ReadData::new(Arc::new(status.into_bytes()), offset, size));
         }
+        let mut content = match held {
+            Some(content) => content,
+            None => {
+                let content = self.file_content(decoded)?;
+                self.handles.advance(fh, content.clone());
+                content
+            }
+        };
         if offset + u64::from(size) > content.bytes.len() as u64 {
             content = self.follow_growth(fh, decoded, content);
         }
@@ -134,13 +173,27 @@ impl SessionFs {
     /// Attributes as seen through an open file: its size is the size of the
     /// snapshot that handle reads, so `fstat` and `read` never disagree.
     pub fn getattr_open(&self, ino: u64, fh: u64) -> Result<Attr> {
-        let mut attr = self.getattr(ino)?;
         let held = self.handles.get(fh).filter(|(held, _)| *held == ino);
-        if let (Some((_, content)), Some(decoded)) = (held, Ino::decode(ino))
-            && !is_control(decoded)
-        {
-            attr.size = self.follow_growth(fh, decoded, content).bytes.len() as u64;
+        let (Some((_, Some(content))), Some(decoded)) = (held, Ino::decode(ino)) else {
+            return self.getattr(ino);
+        };
+        if is_control(decoded) {
+            return self.getattr(ino);
         }
+        let content = self.follow_growth(fh, decoded, content);
+        let mut attr = match (self.getattr(ino), decoded) {
+            (Ok(attr), _) => attr,
+            // A rewritten transcript's older lineage, still open here.
+            (Err(Error::Stale(_)), Ino::Session(number, Node::Transcript(_))) => {
+                let current = Ino::Session(number, self.transcript_node(number)?);
+                Attr {
+                    ino,
+                    ..self.getattr(current.encode())?
+                }
+            }
+            (Err(e), _) => return Err(e),
+        };
+        attr.size = content.bytes.len() as u64;
         Ok(attr)
     }
 

@@ -7,10 +7,16 @@
 //! for the mount root's own entries (1 = the root, 2 = the root `flush` file),
 //! and within a session `local` = 1 directory, 2..=12 its fixed files,
 //! `1 << 32 | seq` an event file, `2 << 32 | child slot` a symlink in
-//! `children/`, `3 << 32 | call` a call's directory in `steps/` and
-//! `4 << 32 | call << 1 | file` one of its files. `spread` changes only the
-//! low 32 bits, so the kind of node (bits 32 and up of `local`) reads straight
-//! off the number.
+//! `children/`, `3 << 32 | call` a call's directory in `steps/`,
+//! `4 << 32 | call << 1 | file` one of its files and `5 << 32 | lineage`
+//! `transcript.md`. `spread` changes only the low 32 bits, so the kind of node
+//! (bits 32 and up of `local`) reads straight off the number.
+//!
+//! `transcript.md` is read through the kernel's page cache, which holds one
+//! size and one set of pages per inode: each lineage of the transcript (a new
+//! one only when a re-read log no longer extends what readers saw) is its own
+//! inode, so within one inode the bytes only ever grow, and a descriptor open
+//! on an older lineage keeps its own pages.
 
 use crate::view::CallFile;
 
@@ -23,6 +29,7 @@ const EVENT_BASE: u64 = 1 << 32;
 const CHILD_BASE: u64 = 2 << 32;
 const CALL_BASE: u64 = 3 << 32;
 const CALL_FILE_BASE: u64 = 4 << 32;
+const TRANSCRIPT_BASE: u64 = 5 << 32;
 
 /// A node inside one session's directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +38,8 @@ pub enum Node {
     Header,
     Events,
     Surface,
-    Transcript,
+    /// `transcript.md` in one lineage (mod 2^32).
+    Transcript(u32),
     Index,
     Fork,
     Flush,
@@ -54,12 +62,11 @@ pub enum Ino {
     Session(u32, Node),
 }
 
-const FIXED: [(Node, u64); 12] = [
+const FIXED: [(Node, u64); 11] = [
     (Node::Dir, 1),
     (Node::Header, 2),
     (Node::Events, 3),
     (Node::Surface, 4),
-    (Node::Transcript, 5),
     (Node::Index, 6),
     (Node::Fork, 7),
     (Node::Flush, 8),
@@ -88,6 +95,7 @@ impl Ino {
                     Node::Event(seq) => EVENT_BASE | (seq & (EVENT_BASE - 1)),
                     Node::Child(child) => CHILD_BASE | u64::from(child),
                     Node::Call(call) => CALL_BASE | u64::from(call),
+                    Node::Transcript(lineage) => TRANSCRIPT_BASE | u64::from(lineage),
                     Node::CallFile(call, file) => {
                         let bit = u64::from(file == CallFile::Request);
                         CALL_FILE_BASE | (u64::from(call) & ((EVENT_BASE - 1) >> 1)) << 1 | bit
@@ -122,6 +130,7 @@ impl Ino {
                 };
                 Node::CallFile(call, file)
             }
+            5 => Node::Transcript(u32::try_from(local & (EVENT_BASE - 1)).ok()?),
             0 => FIXED.iter().find(|(_, l)| *l == local)?.0,
             _ => return None,
         };
@@ -149,6 +158,9 @@ mod tests {
             Ino::Session(7, Node::CallFile(3, CallFile::Messages)),
             Ino::Session(7, Node::CallFile(3, CallFile::Request)),
             Ino::Session(7, Node::CallFile((1 << 31) - 1, CallFile::Request)),
+            Ino::Session(7, Node::Transcript(0)),
+            Ino::Session(7, Node::Transcript(1)),
+            Ino::Session(7, Node::Transcript(u32::MAX)),
         ];
         let numbers: Vec<u64> = samples.iter().map(|i| i.encode()).collect();
         for (ino, n) in samples.iter().zip(&numbers) {
@@ -172,6 +184,7 @@ mod tests {
                 .into_iter()
                 .chain([0, 1, 77, (1 << 32) - 1].map(Node::Event))
                 .chain([0, 5, u32::MAX].map(Node::Child))
+                .chain([0, 5, u32::MAX].map(Node::Transcript))
             {
                 let ino = Ino::Session(slot, node);
                 let number = ino.encode();

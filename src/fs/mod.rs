@@ -6,7 +6,8 @@
 //! [`cache`] (which views are loaded, least recently used first), [`attr`]
 //! (attributes), [`handles`] (open files and their snapshots), [`control`]
 //! (the `fork` and `flush` commands), [`steps`] (`steps/`), [`follow`] (store
-//! changes, by inotify or polling), [`inode`] (inode numbers) and
+//! changes, by inotify or polling), [`paged`] (`transcript.md` through the
+//! kernel's page cache), [`inode`] (inode numbers) and
 //! [`writeback`] (making fork children durable). This file holds the view of
 //! one session (loading, refreshing, eviction) and lookup and listing.
 //!
@@ -22,7 +23,8 @@
 //! 2. `SessionFs::table` (read or write). A view is never awaited while the
 //!    table is held: relisting defers what needs a view until it let go.
 //! 3. Leaves, held briefly and never while taking another lock: `Slot::listed`,
-//!    `Slot::refusal`, `Slot::checked`, `Slot::control`, `SessionFs::lru`,
+//!    `Slot::refusal`, `Slot::checked`, `Slot::control`, `Slot::spilled`,
+//!    `SessionFs::lru`, `SessionFs::spills`,
 //!    `SessionFs::stale`, `SessionFs::removed`, the handle table, the follow
 //!    state's watches.
 
@@ -31,7 +33,9 @@ mod cache;
 pub mod control;
 pub mod follow;
 mod handles;
+pub use handles::Caching;
 pub mod inode;
+pub mod paged;
 mod steps;
 mod table;
 pub mod writeback;
@@ -87,7 +91,7 @@ impl Default for FsConfig {
             gid: 0,
             read_only: false,
             grace: Duration::from_secs(10),
-            cache_bytes: 1 << 30,
+            cache_bytes: 256 << 20,
             write_window: Duration::from_millis(200),
             recheck: Duration::from_millis(250),
             relist: Duration::from_secs(1),
@@ -146,6 +150,7 @@ pub struct SessionFs {
     table: RwLock<Table>,
     lru: Mutex<cache::Lru>,
     handles: handles::Handles,
+    spills: paged::Spills,
     started: SystemTime,
     /// Inodes whose content changed while a request refreshed them; the kernel is
     /// told to drop its caches of them by the follow thread, never from inside a
@@ -166,7 +171,8 @@ const SESSION_FILES: [(&str, Node, Kind); 11] = [
     ("header.json", Node::Header, Kind::File),
     ("events", Node::Events, Kind::Dir),
     ("surface.jsonl", Node::Surface, Kind::File),
-    ("transcript.md", Node::Transcript, Kind::File),
+    // Shown in its current lineage (`SessionFs::current`).
+    ("transcript.md", Node::Transcript(0), Kind::File),
     ("index.jsonl", Node::Index, Kind::File),
     ("fork", Node::Fork, Kind::File),
     ("flush", Node::Flush, Kind::File),
@@ -189,6 +195,7 @@ impl SessionFs {
             table: RwLock::default(),
             lru: Mutex::default(),
             handles: handles::Handles::default(),
+            spills: paged::Spills::default(),
             started: SystemTime::now(),
             stale: Mutex::default(),
             removed: Mutex::default(),
@@ -248,18 +255,30 @@ impl SessionFs {
     }
 
     /// The inodes of a session whose content may have changed.
-    fn session_inodes(number: u32) -> impl Iterator<Item = u64> {
+    fn session_inodes(number: u32, view: &SessionView) -> impl Iterator<Item = u64> {
+        let transcript = view.transcript_lineage().unwrap_or_default();
         [
             Node::Dir,
             Node::Header,
             Node::Events,
             Node::Surface,
-            Node::Transcript,
+            Node::Transcript(transcript as u32),
             Node::Index,
             Node::Steps,
         ]
         .into_iter()
         .map(move |node| Ino::Session(number, node).encode())
+    }
+
+    /// A node of a session's directory as it is now: `transcript.md` in its
+    /// current lineage.
+    fn current(view: &SessionView, node: Node) -> Node {
+        match node {
+            Node::Transcript(_) => {
+                Node::Transcript(view.transcript_lineage().unwrap_or_default() as u32)
+            }
+            node => node,
+        }
     }
 
     /// The names of a session's directory, each with the directory's inode.
@@ -312,6 +331,7 @@ impl SessionFs {
                     log::warn!("session {:?} cannot be read: {reason}", slot.id);
                 }
                 *guard = Some(Box::new(view));
+                *lock(&slot.spilled) = None;
                 *lock(&slot.checked) = Instant::now();
                 self.follow.watch_session(self.store.as_ref(), slot);
             }
@@ -321,7 +341,7 @@ impl SessionFs {
                     *checked = Instant::now();
                     drop(checked);
                     if view.refresh(backend.as_ref()) {
-                        lock(&self.stale).extend(Self::session_inodes(slot.number));
+                        lock(&self.stale).extend(Self::session_inodes(slot.number, view));
                     }
                 }
             }
@@ -353,7 +373,9 @@ impl SessionFs {
             };
             match slot.view.try_lock() {
                 Ok(mut view) => {
-                    *view = None;
+                    if let Some(dropped) = view.take() {
+                        self.spill(&slot, &dropped);
+                    }
                     self.follow.unwatch_session(victim);
                 }
                 Err(_) => lock(&self.lru).record(victim, bytes),
@@ -398,8 +420,34 @@ impl SessionFs {
             if !self.present(&slot, view, node) {
                 return Err(Error::NotFound(format!("{} has no such file", slot.name)));
             }
+            Self::check_current(&slot, view, node)?;
             self.view_file(&slot, view, which)
         })?
+    }
+
+    /// `transcript.md` in its current lineage: known from a spilled transcript
+    /// while its log is unchanged, else from the view.
+    fn transcript_node(&self, number: u32) -> Result<Node> {
+        let slot = self.slot(number)?;
+        let lineage = match self.spilled(&slot) {
+            Some(spilled) => spilled.lineage,
+            None => self
+                .with_view(&slot, |view| view.transcript_lineage())?
+                .unwrap_or_default(),
+        };
+        Ok(Node::Transcript(lineage as u32))
+    }
+
+    /// Refuses an inode of a transcript lineage that was rewritten since: its
+    /// bytes are gone (a descriptor open on it keeps its own snapshot).
+    fn check_current(slot: &Slot, view: &SessionView, node: Node) -> Result<()> {
+        if Self::current(view, node) == node {
+            return Ok(());
+        }
+        Err(Error::Stale(format!(
+            "{}/transcript.md was rewritten (its log no longer extends what was shown); open it again",
+            slot.name
+        )))
     }
 
     /// Writes a quiet session's crash repair into the store (`-o repair`), the way
@@ -448,6 +496,10 @@ impl SessionFs {
                     .find(|(n, _, _)| *n == name)
                     .map(|(_, node, _)| *node)
                     .ok_or_else(|| Error::NotFound(format!("no file {name}")))?;
+                let node = match node {
+                    Node::Transcript(_) => self.transcript_node(number)?,
+                    node => node,
+                };
                 self.getattr(Ino::Session(number, node).encode())
             }
             Ino::Session(number, Node::Events) => {
@@ -494,7 +546,7 @@ impl SessionFs {
                         .filter(|(_, (_, node, _))| self.present(&slot, view, *node))
                         .take(limit)
                         .map(|(k, (name, node, kind))| DirEntry {
-                            ino: Ino::Session(number, *node).encode(),
+                            ino: Ino::Session(number, Self::current(view, *node)).encode(),
                             kind: *kind,
                             name: name.to_string(),
                             next: k as u64 + 1,
@@ -586,8 +638,10 @@ impl SessionFs {
     /// directory needs no lookup per entry. A generated view's size costs a
     /// render, so its attributes are given as already stale instead: the kernel
     /// asks for them again before any use, as it does after a plain `readdir`.
+    /// The transcript's size costs nothing (the listing loaded the view), and a
+    /// stand-in size would truncate the pages the kernel holds of it.
     pub fn entry_plus(&self, entry: DirEntry) -> EntryPlus {
-        let known = match is_rewritable(entry.ino) {
+        let known = match is_rewritable(entry.ino) && !is_paged(entry.ino) {
             true => None,
             false => self.getattr(entry.ino).ok(),
         };
@@ -648,7 +702,7 @@ pub fn is_rewritable(ino: u64) -> bool {
                     _,
                     Node::Header
                         | Node::Surface
-                        | Node::Transcript
+                        | Node::Transcript(_)
                         | Node::Index
                         | Node::Fork
                         | Node::Flush
@@ -656,6 +710,12 @@ pub fn is_rewritable(ino: u64) -> bool {
                 )
         )
     )
+}
+
+/// Files read through the kernel's page cache, kept across opens: bytes only
+/// ever appended within one inode ([`paged`]).
+pub fn is_paged(ino: u64) -> bool {
+    matches!(Ino::decode(ino), Some(Ino::Session(_, Node::Transcript(_))))
 }
 
 /// A session's directory: its attributes never change while it is mounted.
@@ -668,7 +728,7 @@ fn file_id(node: Node) -> Option<FileId> {
     match node {
         Node::Header => Some(FileId::Header),
         Node::Surface => Some(FileId::Surface),
-        Node::Transcript => Some(FileId::Transcript),
+        Node::Transcript(_) => Some(FileId::Transcript),
         Node::Index => Some(FileId::Index),
         Node::Error => Some(FileId::Error),
         Node::Event(seq) => Some(FileId::Event(seq)),

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::control::ForkLog;
+use super::paged::Spilled;
 use super::{NAME_MAX, SessionFs, lock, mount_name};
 use crate::model::Refusal;
 use crate::model::ids::decode_segment;
@@ -65,6 +66,8 @@ pub(super) struct Slot {
     /// A reason found outside the log (a duplicate id) that overrides reading it.
     pub refusal: Mutex<Option<Refusal>>,
     pub view: Mutex<Option<Box<SessionView>>>,
+    /// What `stat` needs of the transcript of a dropped view.
+    pub spilled: Mutex<Option<Box<Spilled>>>,
     pub checked: Mutex<Instant>,
     pub control: Mutex<ForkLog>,
     /// The session was removed from the store.
@@ -108,6 +111,7 @@ impl Table {
             listed: Mutex::new(listed),
             refusal: Mutex::new(refusal),
             view: Mutex::new(None),
+            spilled: Mutex::new(None),
             checked: Mutex::new(Instant::now()),
             control: Mutex::default(),
             gone: AtomicBool::new(false),

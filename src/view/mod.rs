@@ -73,6 +73,16 @@ struct EventMeta {
     converted: bool,
 }
 
+/// `transcript.md` of a view about to be dropped: its bytes can go to the
+/// kernel's page cache, and what `stat` needs stays known while the stored log
+/// is unchanged, so the session need not be read again to be listed or read.
+pub struct SpilledTranscript {
+    pub revision: Revision,
+    pub lineage: u64,
+    pub mtime: SystemTime,
+    pub bytes: Arc<Vec<u8>>,
+}
+
 /// Why a session is shown without its derived views.
 #[derive(Clone, Debug)]
 pub struct Unreadable {
@@ -388,6 +398,22 @@ impl SessionView {
             .chain(indexed.closers.iter().cloned())
             .collect();
         Some((indexed.point.clone(), self.revision.clone()?, tail))
+    }
+
+    /// The lineage of `transcript.md` (see [`Content::lineage`]), when readable.
+    pub fn transcript_lineage(&self) -> Option<u64> {
+        self.indexed().map(|i| i.transcript_lineage)
+    }
+
+    /// What a dropped view leaves of its transcript (see [`SpilledTranscript`]).
+    pub fn spill_transcript(&self) -> Option<SpilledTranscript> {
+        let indexed = self.indexed()?;
+        Some(SpilledTranscript {
+            revision: self.revision.clone()?,
+            lineage: indexed.transcript_lineage,
+            mtime: self.mtime(),
+            bytes: indexed.transcript.shared(),
+        })
     }
 
     /// Number of entries in `events/` (stored events plus synthetic closers).
