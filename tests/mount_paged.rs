@@ -1,0 +1,119 @@
+//! `transcript.md` through the kernel's page cache: a view dropped from the
+//! daemon's cache hands its transcript to the kernel, so a glob that sizes every
+//! transcript followed by a read of them all reads each session's log once,
+//! however small the daemon's cache.
+
+mod common;
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use common::{Mount, store_copy, within};
+
+/// Bytes the daemon has read through system calls (`rchar`): reading a
+/// session's log again shows here, a stat of the store does not.
+fn bytes_read(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).expect("/proc/PID/io");
+    io.lines()
+        .find_map(|line| line.strip_prefix("rchar: "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("rchar")
+}
+
+/// How many of a file's pages the page cache holds now, asked without reading.
+fn resident_pages(path: &Path) -> (usize, usize) {
+    let file = File::open(path).expect("open");
+    let len = file.metadata().expect("fstat").len() as usize;
+    let page = 4096;
+    let pages = len.div_ceil(page);
+    if pages == 0 {
+        return (0, 0);
+    }
+    let mut vec = vec![0u8; pages];
+    // SAFETY: a fresh read-only mapping of an open descriptor; mincore only
+    // reports residency (it faults nothing in); unmapped before return.
+    unsafe {
+        let at = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        );
+        assert_ne!(at, libc::MAP_FAILED, "mmap {}", path.display());
+        let done = libc::mincore(at, len, vec.as_mut_ptr());
+        libc::munmap(at, len);
+        assert_eq!(done, 0, "mincore: {}", std::io::Error::last_os_error());
+    }
+    (vec.iter().filter(|v| **v & 1 == 1).count(), pages)
+}
+
+fn transcripts(mount: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(mount)
+        .expect("ls")
+        .map(|e| e.expect("entry").path().join("transcript.md"))
+        .filter(|t| t.exists())
+        .collect();
+    found.sort();
+    found
+}
+
+fn store_bytes(root: &Path) -> u64 {
+    std::fs::read_dir(root)
+        .expect("store")
+        .map(|e| e.expect("entry"))
+        .map(|e| match e.file_type().expect("type").is_dir() {
+            true => store_bytes(&e.path()),
+            false => e.metadata().expect("stat").len(),
+        })
+        .sum()
+}
+
+#[test]
+fn a_glob_then_a_read_of_every_transcript_reads_each_log_once_under_a_tiny_cache() {
+    let store = store_copy("jsonl-zstd");
+    let roomy = Mount::new(&store.path, &[]);
+    let expected: Vec<Vec<u8>> = transcripts(roomy.path())
+        .iter()
+        .map(|t| std::fs::read(t).expect("read"))
+        .collect();
+    drop(roomy);
+
+    let mount = Mount::new(&store.path, &["-o", "cache=0"]);
+    let paths = transcripts(mount.path());
+    assert!(paths.len() >= 5, "{} sessions", paths.len());
+    assert_eq!(paths.len(), expected.len());
+    // A `cache=0` daemon keeps one view: every other transcript is spilled.
+    for path in &paths {
+        std::fs::metadata(path).expect("stat");
+    }
+    let last = paths.len() - 1;
+    for path in &paths[..last] {
+        within(
+            std::time::Duration::from_secs(5),
+            "the spilled transcript in the page cache",
+            || {
+                let (resident, pages) = resident_pages(path);
+                resident == pages
+            },
+        );
+    }
+    let before = bytes_read(mount.pid());
+    for (path, want) in paths.iter().zip(&expected) {
+        assert_eq!(
+            &std::fs::read(path).expect("read"),
+            want,
+            "{}",
+            path.display()
+        );
+    }
+    let read = bytes_read(mount.pid()) - before;
+    let logs = store_bytes(&store.path);
+    assert!(
+        read < logs / 2,
+        "the daemon read {read} bytes to serve the transcripts (the store holds {logs})"
+    );
+    drop(mount);
+}
