@@ -46,13 +46,13 @@ impl FuseAdapter {
     /// attributes never change while mounted, and its removal is announced
     /// (`SessionFs::take_removed`): it may be cached long enough that `ls -l`
     /// of a root of 100,000 sessions stats names it listed seconds ago without
-    /// a lookup each.
+    /// a lookup each. A rewritten `transcript.md` moves to a new inode under a
+    /// name still cached: the old inode answers ESTALE, and the kernel then
+    /// looks the name up again (a name cached for no time at all would drop the
+    /// inode, and its pages, at each use).
     fn entry_ttl(&self, ino: u64) -> Duration {
         if crate::fs::is_session_dir(ino) {
             self.ttl.max(SESSION_DIR_TTL)
-        } else if crate::fs::is_paged(ino) {
-            // The name moves to a new inode when the transcript is rewritten.
-            Duration::ZERO
         } else {
             self.ttl
         }

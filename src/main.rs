@@ -17,7 +17,21 @@ use sessionfs::fs::{FsConfig, SessionFs};
 use sessionfs::fuse_adapter::FuseAdapter;
 use sessionfs::mountinfo::OwnMount;
 
+/// Buffers of 1 MiB or more (a session's transcript, a batch of frames) are
+/// mapped and unmapped on their own. glibc would otherwise raise this threshold
+/// to the largest buffer freed so far and serve later ones from its heaps,
+/// which keep freed memory: the daemon's footprint would then follow the most
+/// it ever held, not its cache budget.
+fn return_large_buffers_at_once() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets an allocator parameter; called before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
 fn main() -> ExitCode {
+    return_large_buffers_at_once();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let options = match cli::parse(&args) {
         Ok(Command::Help) => {
