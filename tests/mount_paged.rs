@@ -117,3 +117,54 @@ fn a_glob_then_a_read_of_every_transcript_reads_each_log_once_under_a_tiny_cache
     );
     drop(mount);
 }
+
+#[test]
+fn a_rewritten_transcript_moves_to_a_new_inode_and_an_open_descriptor_keeps_its_bytes() {
+    use std::io::{Read, Seek};
+    use std::os::unix::fs::MetadataExt;
+
+    let store = store_copy("jsonl");
+    let log = store
+        .path
+        .join("--workspace-orbit--/orbit-debug-tools/session.jsonl");
+    let mount = Mount::new(&store.path, &[]);
+    let transcript = mount.path().join("orbit-debug-tools/transcript.md");
+    let mut held = File::open(&transcript).expect("open");
+    let mut old = Vec::new();
+    held.read_to_end(&mut old).expect("read");
+    let old_text = "CI says TestSkewWindow fails on main.";
+    assert!(String::from_utf8_lossy(&old).contains(old_text));
+
+    // The log is replaced (written aside, renamed over) by one whose first
+    // question differs: the transcript no longer extends what was read.
+    let new_text = "CI says TestSkewWindow fails on a branch.";
+    let replaced = std::fs::read_to_string(&log)
+        .expect("log")
+        .replacen(old_text, new_text, 1);
+    let aside = log.with_extension("new");
+    std::fs::write(&aside, replaced).expect("write");
+    std::fs::rename(&aside, &log).expect("rename");
+
+    within(
+        std::time::Duration::from_secs(3),
+        "the new transcript at its path",
+        || {
+            std::fs::read(&transcript)
+                .is_ok_and(|now| String::from_utf8_lossy(&now).contains(new_text))
+        },
+    );
+    let now = std::fs::metadata(&transcript).expect("stat");
+    let before = held.metadata().expect("fstat");
+    assert_ne!(
+        now.ino(),
+        before.ino(),
+        "a rewritten transcript is a new inode"
+    );
+    assert_eq!(before.len(), old.len() as u64);
+    held.rewind().expect("seek");
+    let mut again = Vec::new();
+    held.read_to_end(&mut again).expect("read");
+    assert_eq!(again, old, "the open descriptor keeps the bytes it read");
+    drop(held);
+    drop(mount);
+}

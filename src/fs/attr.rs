@@ -95,7 +95,10 @@ impl SessionFs {
                 let perm = self.control_perm(self.root_read_bits());
                 Ok(self.make_attr(ino, Kind::File, size, perm, self.started))
             }
-            Ino::Session(number, node) => self.session_attr(number, node),
+            Ino::Session(number, node) => match self.session_attr(number, node) {
+                Err(Error::Stale(why)) => self.held_transcript_attr(ino).ok_or(Error::Stale(why)),
+                attr => attr,
+            },
         }
     }
 

@@ -67,6 +67,14 @@ impl Handles {
         }
     }
 
+    /// The snapshot some open handle of `ino` holds.
+    fn held(&self, ino: u64) -> Option<Content> {
+        lock(&self.open)
+            .values()
+            .find(|h| h.ino == ino)
+            .and_then(|h| h.content.clone())
+    }
+
     fn remove(&self, fh: u64) {
         lock(&self.open).remove(&fh);
     }
@@ -181,20 +189,24 @@ impl SessionFs {
             return self.getattr(ino);
         }
         let content = self.follow_growth(fh, decoded, content);
-        let mut attr = match (self.getattr(ino), decoded) {
-            (Ok(attr), _) => attr,
-            // A rewritten transcript's older lineage, still open here.
-            (Err(Error::Stale(_)), Ino::Session(number, Node::Transcript(_))) => {
-                let current = Ino::Session(number, self.transcript_node(number)?);
-                Attr {
-                    ino,
-                    ..self.getattr(current.encode())?
-                }
-            }
-            (Err(e), _) => return Err(e),
-        };
+        let mut attr = self.getattr(ino)?;
         attr.size = content.bytes.len() as u64;
         Ok(attr)
+    }
+
+    /// The attributes of a rewritten transcript's older lineage while a
+    /// descriptor still holds it (`fstat` comes without the descriptor).
+    pub(super) fn held_transcript_attr(&self, ino: u64) -> Option<Attr> {
+        let Some(Ino::Session(number, Node::Transcript(_))) = Ino::decode(ino) else {
+            return None;
+        };
+        let content = self.handles.held(ino)?;
+        let current = Ino::Session(number, self.transcript_node(number).ok()?);
+        Some(Attr {
+            ino,
+            size: content.bytes.len() as u64,
+            ..self.getattr(current.encode()).ok()?
+        })
     }
 
     pub fn release(&self, fh: u64) {
