@@ -643,7 +643,9 @@ fn issue_task(
         "cd {} && cat {name}/surface.jsonl > /dev/null && ls {name}/events | wc -l",
         quote(&mount.dir)
     );
+    let cpu = mount.cpu_seconds();
     let (total, _) = timed(&mount, &name, &script);
+    let total_cpu = mount.cpu_seconds() - cpu;
     let mut peak = mount.peak_rss();
     mount.finish();
     let mount = bench.mount(&store.root(enc), "grace=0");
@@ -682,9 +684,13 @@ fn issue_task(
         .clone()
         .map(|template| harness::measure(bench, &template, &store.root(enc), id, enc));
     match &reference {
-        Some(Ok((seconds, said))) => notes.push(format!(
-            "1 [{e}]: {id}: Harness `inspect()` command, cold: {}; its last line: {said}",
-            secs(*seconds)
+        Some(Ok(harness)) => notes.push(format!(
+            "1 [{e}]: {id}: Harness `inspect()` command, cold: {} ({} CPU; sessionfs: {} for the total, {} daemon CPU); its last line: {}",
+            secs(harness.seconds),
+            secs(harness.cpu),
+            secs(total),
+            secs(total_cpu),
+            harness.said
         )),
         Some(Err(why)) => notes.push(format!("1 [{e}]: {id}: Harness reference failed: {why}")),
         None => {}
