@@ -13,7 +13,13 @@
 //! Figures (targets from the issue):
 //! - 1: the profile session (1,307,073 events, ~370,000 frames): cold `cat
 //!   surface.jsonl`, cold `ls events | wc -l`, cold `cat transcript.md`, each
-//!   ≤ 2× `zstd -dc --no-asyncio` of its artifact; peak RSS < 256 MiB;
+//!   ≤ 2× `zstd -dc --no-asyncio` of its artifact; peak RSS < 256 MiB. Then the
+//!   issue's task (cold mount + `cat surface.jsonl` + `ls events`) on it and on
+//!   the 69,030-event session of figure s: ≤ 2× that floor, by step, and ≤ ⅓
+//!   of the Harness's own `inspect()` of the same session. The Harness is not
+//!   part of this project: `--harness-inspect 'CMD'` names a command that runs
+//!   it (`bench/harness.rs` says what the bench passes it); without it that
+//!   reference is reported as not measured;
 //! - c: a small session read while that session builds cold: < 500 ms, and done
 //!   before the build is;
 //! - 2: cold `ls -l` of the root of a 10,000-session store: < 1 s and ≤ 2× reading
@@ -37,6 +43,8 @@
 
 #[path = "bench/follow.rs"]
 mod follow;
+#[path = "bench/harness.rs"]
+mod harness;
 #[path = "bench/mount.rs"]
 mod mount;
 #[path = "bench/steps.rs"]
@@ -69,6 +77,11 @@ Options:
   --gen-only         generate the stores, print their shape and stop
   --no-build         do not run `cargo build --release --bin sessionfs` first
   --mount-options O  more -o options for every mount (e.g. cache=256M)
+  --harness-inspect CMD
+                     figure 1's reference: a shell command that runs the Harness's
+                     inspect() on one session; {store}, {id} and {encoding} are
+                     replaced (quoted) by the store (JSONL root or SQLite file), the
+                     session id and zstd|raw|sqlite. Not given: not measured
   --follow           measure following a growing session instead (issue #5)
   --duration SECS    how long --follow appends (default 60)
   --rate N           events per second appended by --follow (default 1000)
@@ -86,6 +99,8 @@ struct Options {
     build: bool,
     /// Appended to every mount's options.
     mount_options: Option<String>,
+    /// Figure 1's Harness `inspect()` command template (see `harness.rs`).
+    harness_inspect: Option<String>,
     follow: bool,
     duration: f64,
     rate: u64,
@@ -102,6 +117,7 @@ fn parse_options() -> Result<Options, String> {
         gen_only: false,
         build: true,
         mount_options: None,
+        harness_inspect: None,
         follow: false,
         duration: 60.0,
         rate: 1000,
@@ -134,6 +150,7 @@ fn parse_options() -> Result<Options, String> {
             "--gen-only" => options.gen_only = true,
             "--no-build" => options.build = false,
             "--mount-options" => options.mount_options = Some(value("--mount-options")?),
+            "--harness-inspect" => options.harness_inspect = Some(value("--harness-inspect")?),
             "--follow" => options.follow = true,
             "--duration" => {
                 options.duration = value("--duration")?
@@ -468,39 +485,21 @@ fn find_binary(build: bool, dir: &Path) -> PathBuf {
 
 // ---- figures ----------------------------------------------------------------
 
-/// Figure 1: the large session, cold, against `zstd -dc` of its artifact.
-fn figure_large(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &mut Vec<String>) {
+/// Figure 1: the large session, cold, against `zstd -dc` of its artifact; and
+/// the issue's task (cold mount + `cat surface.jsonl` + `ls events`) on it and
+/// on the 69,030-event session of figure s, against the same floors and the
+/// Harness's `inspect()` when `--harness-inspect` is given.
+fn figure_large(
+    bench: &mut Bench,
+    store: &Store,
+    steps_store: &Store,
+    rows: &mut Vec<Row>,
+    notes: &mut Vec<String>,
+) {
     let spec = &store.sessions[0];
-    let artifact = spec.artifact(&store.root(Enc::Zstd), Enc::Zstd);
-    bench.cold();
-    let (floor, _) = time_sh(&format!(
-        "zstd -dc --no-asyncio {} > /dev/null",
-        quote(&artifact)
-    ));
-    let stats = store.stats_of(LARGE);
-    notes.push(format!(
-        "1: {LARGE}: {} events, {} frames, {:.1} MiB plaintext, {:.1} MiB zstd; floor `zstd -dc --no-asyncio` cold {}",
-        stats.events,
-        stats.batches + 1,
-        stats.plain as f64 / MIB,
-        stats.zstd as f64 / MIB,
-        secs(floor)
-    ));
+    let floors = task_floors(bench, store, spec, rows, notes);
     let name = spec.mount_name();
-    let listing = ls_cost(&bench.options.dir, stats.events);
-    notes.push(format!(
-        "1: `ls | wc -l` of a tmpfs directory of {} empty files named like events/ takes {} on its own: the part of `ls events` that is ls's",
-        stats.events,
-        secs(listing)
-    ));
-    rows.push(Row {
-        figure: "1 ls | wc -l of as many names on tmpfs".into(),
-        value: secs(listing),
-        floor: "-".into(),
-        ratio: "-".into(),
-        target: "(information: ls's own cost)".into(),
-        met: "-".into(),
-    });
+    let events = store.stats_of(&spec.id).events;
     for &enc in &bench.options.encodings.clone() {
         let mut peak = 0;
         let mut cpu_notes = Vec::new();
@@ -529,9 +528,8 @@ fn figure_large(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &m
             if label.contains("events") {
                 let count: u64 = out.trim().parse().unwrap_or(0);
                 assert_eq!(
-                    count, stats.events,
-                    "events/ of {name} lists {count} entries, expected {}",
-                    stats.events
+                    count, events,
+                    "events/ of {name} lists {count} entries, expected {events}"
                 );
             }
             expect_readable(&mount, &name);
@@ -544,55 +542,12 @@ fn figure_large(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &m
             rows.push(time_row(
                 format!("1 {label} [{}]", enc.name()),
                 seconds,
-                floor,
+                floors.zstd,
                 2.0,
                 None,
             ));
         }
-        // The issue's task end to end, then by step on one cold mount: the build
-        // (`stat events` loads the view and renders nothing), then `ls events`
-        // of the built session against ls's own cost on tmpfs.
-        let mount = bench.mount(&store.root(enc), "grace=0");
-        bench.cold();
-        let script = format!(
-            "cd {} && cat {name}/surface.jsonl > /dev/null && ls {name}/events | wc -l",
-            quote(&mount.dir)
-        );
-        let (total, _) = timed(&mount, &name, &script);
-        mount.finish();
-        let mount = bench.mount(&store.root(enc), "grace=0");
-        bench.cold();
-        let dir = quote(&mount.path(&name));
-        let (build, _) = timed(&mount, &name, &format!("stat -c %s {dir}/events"));
-        let (listed, _) = timed(&mount, &name, &format!("ls {dir}/events | wc -l"));
-        peak = peak.max(mount.peak_rss());
-        mount.finish();
-        rows.push(time_row(
-            format!(
-                "1 cold cat surface.jsonl + ls events, total [{}]",
-                enc.name()
-            ),
-            total,
-            floor,
-            2.0,
-            None,
-        ));
-        rows.push(Row {
-            figure: format!("1   step: cold build (stat events) [{}]", enc.name()),
-            value: secs(build),
-            floor: secs(floor),
-            ratio: format!("{:.2}×", build / floor),
-            target: "(information)".into(),
-            met: "-".into(),
-        });
-        rows.push(Row {
-            figure: format!("1   step: ls events | wc -l, built [{}]", enc.name()),
-            value: secs(listed),
-            floor: secs(listing),
-            ratio: format!("{:.2}×", listed / listing),
-            target: "(information: floor is tmpfs)".into(),
-            met: "-".into(),
-        });
+        peak = peak.max(issue_task(bench, store, spec, enc, &floors, rows, notes));
         notes.push(format!(
             "1 [{}]: sessionfs CPU time during each: {}; {}",
             enc.name(),
@@ -608,6 +563,144 @@ fn figure_large(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &m
             met: yes((peak as f64) < 256.0 * MIB),
         });
     }
+    let spec = &steps_store.sessions[0];
+    let floors = task_floors(bench, steps_store, spec, rows, notes);
+    for &enc in &bench.options.encodings.clone() {
+        issue_task(bench, steps_store, spec, enc, &floors, rows, notes);
+    }
+    if bench.options.harness_inspect.is_none() {
+        notes.push(harness::NOT_MEASURED.into());
+    }
+}
+
+/// What the issue's task on one session is compared with.
+struct TaskFloors {
+    /// Cold `zstd -dc --no-asyncio` of the session's zstd artifact.
+    zstd: f64,
+    /// `ls | wc -l` of as many names on tmpfs: ls's own part of `ls events`.
+    listing: f64,
+}
+
+fn task_floors(
+    bench: &mut Bench,
+    store: &Store,
+    spec: &SessionSpec,
+    rows: &mut Vec<Row>,
+    notes: &mut Vec<String>,
+) -> TaskFloors {
+    let artifact = spec.artifact(&store.root(Enc::Zstd), Enc::Zstd);
+    bench.cold();
+    let (zstd, _) = time_sh(&format!(
+        "zstd -dc --no-asyncio {} > /dev/null",
+        quote(&artifact)
+    ));
+    let stats = store.stats_of(&spec.id);
+    notes.push(format!(
+        "1: {}: {} events, {} frames, {:.1} MiB plaintext, {:.1} MiB zstd; floor `zstd -dc --no-asyncio` cold {}",
+        spec.id,
+        stats.events,
+        stats.batches + 1,
+        stats.plain as f64 / MIB,
+        stats.zstd as f64 / MIB,
+        secs(zstd)
+    ));
+    let listing = ls_cost(&bench.options.dir, stats.events);
+    notes.push(format!(
+        "1: `ls | wc -l` of a tmpfs directory of {} empty files named like events/ takes {} on its own: the part of `ls events` that is ls's",
+        stats.events,
+        secs(listing)
+    ));
+    rows.push(Row {
+        figure: format!("1 {}: ls | wc -l of as many names on tmpfs", spec.id),
+        value: secs(listing),
+        floor: "-".into(),
+        ratio: "-".into(),
+        target: "(information: ls's own cost)".into(),
+        met: "-".into(),
+    });
+    TaskFloors { zstd, listing }
+}
+
+/// The issue's task on one session in one encoding, end to end, then by step
+/// on one cold mount: the build (`stat events` loads the view and renders
+/// nothing), then `ls events` of the built session against ls's own cost on
+/// tmpfs; then the Harness's `inspect()` of the same session when given.
+/// Returns the peak RSS of sessionfs.
+fn issue_task(
+    bench: &mut Bench,
+    store: &Store,
+    spec: &SessionSpec,
+    enc: Enc,
+    floors: &TaskFloors,
+    rows: &mut Vec<Row>,
+    notes: &mut Vec<String>,
+) -> u64 {
+    let name = spec.mount_name();
+    let (id, e) = (&spec.id, enc.name());
+    let mount = bench.mount(&store.root(enc), "grace=0");
+    bench.cold();
+    let script = format!(
+        "cd {} && cat {name}/surface.jsonl > /dev/null && ls {name}/events | wc -l",
+        quote(&mount.dir)
+    );
+    let cpu = mount.cpu_seconds();
+    let (total, _) = timed(&mount, &name, &script);
+    let total_cpu = mount.cpu_seconds() - cpu;
+    let mut peak = mount.peak_rss();
+    mount.finish();
+    let mount = bench.mount(&store.root(enc), "grace=0");
+    bench.cold();
+    let dir = quote(&mount.path(&name));
+    let (build, _) = timed(&mount, &name, &format!("stat -c %s {dir}/events"));
+    let (listed, _) = timed(&mount, &name, &format!("ls {dir}/events | wc -l"));
+    peak = peak.max(mount.peak_rss());
+    mount.finish();
+    rows.push(time_row(
+        format!("1 {id}: cold cat surface.jsonl + ls events, total [{e}]"),
+        total,
+        floors.zstd,
+        2.0,
+        None,
+    ));
+    rows.push(Row {
+        figure: format!("1 {id}:   step: cold build (stat events) [{e}]"),
+        value: secs(build),
+        floor: secs(floors.zstd),
+        ratio: format!("{:.2}×", build / floors.zstd),
+        target: "(information)".into(),
+        met: "-".into(),
+    });
+    rows.push(Row {
+        figure: format!("1 {id}:   step: ls events | wc -l, built [{e}]"),
+        value: secs(listed),
+        floor: secs(floors.listing),
+        ratio: format!("{:.2}×", listed / floors.listing),
+        target: "(information: floor is tmpfs)".into(),
+        met: "-".into(),
+    });
+    let reference = bench
+        .options
+        .harness_inspect
+        .clone()
+        .map(|template| harness::measure(bench, &template, &store.root(enc), id, enc));
+    match &reference {
+        Some(Ok(harness)) => notes.push(format!(
+            "1 [{e}]: {id}: Harness `inspect()` command, cold: {} ({} CPU; sessionfs: {} for the total, {} daemon CPU); its last line: {}",
+            secs(harness.seconds),
+            secs(harness.cpu),
+            secs(total),
+            secs(total_cpu),
+            harness.said
+        )),
+        Some(Err(why)) => notes.push(format!("1 [{e}]: {id}: Harness reference failed: {why}")),
+        None => {}
+    }
+    rows.push(harness::row(
+        format!("1 {id}: the total against Harness inspect() [{e}]"),
+        total,
+        reference.as_ref(),
+    ));
+    peak
 }
 
 /// What `ls | wc -l` costs on its own for `count` names: it reads, sorts and
@@ -1026,7 +1119,7 @@ fn main() {
     let large = generated("large", large_wanted, large_specs(seed, scale));
     let many = generated("many", many_wanted, many_specs(seed, scale));
     let search = generated("search", search_wanted, search_specs(seed, scale));
-    let steps_store = generated("steps", wants("s"), steps::specs(seed, scale));
+    let steps_store = generated("steps", wants("s") || wants("1"), steps::specs(seed, scale));
     if bench.options.gen_only {
         return;
     }
@@ -1039,8 +1132,8 @@ fn main() {
     let mut notes = Vec::new();
     let started = Instant::now();
     if let Some(store) = &large {
-        if wants("1") {
-            figure_large(&mut bench, store, &mut rows, &mut notes);
+        if let (true, Some(steps_store)) = (wants("1"), &steps_store) {
+            figure_large(&mut bench, store, steps_store, &mut rows, &mut notes);
         }
         if wants("c") {
             figure_concurrency(&mut bench, store, &mut rows, &mut notes);
@@ -1055,7 +1148,7 @@ fn main() {
     if let (Some(store), true) = (&large, wants("4")) {
         figure_throughput(&mut bench, store, &mut rows, &mut notes);
     }
-    if let Some(store) = &steps_store {
+    if let (true, Some(store)) = (wants("s"), &steps_store) {
         steps::figure(&mut bench, store, &mut rows, &mut notes);
     }
     println!(

@@ -185,24 +185,29 @@ pub fn drop_caches() -> bool {
 
 /// Runs `sh -c script` and returns its wall time and stdout; panics on failure.
 pub fn time_sh(script: &str) -> (f64, String) {
+    let (elapsed, stdout, _) = try_time_sh(script).unwrap_or_else(|why| panic!("{why}"));
+    (elapsed, stdout)
+}
+
+/// Runs `sh -c script` and returns its wall time, stdout and stderr, or why it failed.
+pub fn try_time_sh(script: &str) -> Result<(f64, String, String), String> {
     let started = Instant::now();
     let output = Command::new("sh")
         .arg("-c")
         .arg(script)
         .stderr(Stdio::piped())
         .output()
-        .expect("run sh");
+        .map_err(|e| format!("cannot run sh: {e}"))?;
     let elapsed = started.elapsed().as_secs_f64();
-    assert!(
-        output.status.success(),
-        "`{script}` failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr).trim()
-    );
-    (
+    let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+    if !output.status.success() {
+        return Err(format!("`{script}` failed ({}): {stderr}", output.status));
+    }
+    Ok((
         elapsed,
         String::from_utf8_lossy(&output.stdout).into_owned(),
-    )
+        stderr,
+    ))
 }
 
 /// Reads a file sequentially with 128 KiB reads; returns (seconds, bytes).

@@ -182,9 +182,13 @@ pub fn uuid(rng: &mut Rng) -> String {
 }
 
 /// Creates a fresh Harness schema-17 database, as the Harness initialises one
-/// (spec §11.1); WAL without fsyncs, for speed.
+/// (spec §11.1); WAL without fsyncs, for speed. Mode 0600 as the Harness
+/// creates it: its SQLite backend refuses a database others can read.
 pub fn create_database(path: &Path, store_id: &str) -> rusqlite::Result<Connection> {
     let connection = Connection::open(path)?;
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+        .unwrap_or_else(|e| panic!("chmod 600 {}: {e}", path.display()));
     connection.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = OFF;")?;
     sqlite::initialise(&connection, store_id)?;
     Ok(connection)
