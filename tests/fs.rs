@@ -8,8 +8,8 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use sessionfs::error::Error;
@@ -36,6 +36,35 @@ struct Calls {
     /// Bumped to replace every stored log by a new artifact (deleted and
     /// written again), which is read afresh rather than continued.
     incarnation: AtomicUsize,
+    /// When set, a scan stops after this many events until `release`.
+    hold_after: Mutex<Option<usize>>,
+    released: Condvar,
+}
+
+impl Calls {
+    fn hold(&self, after: usize) {
+        *self.hold_after.lock().unwrap() = Some(after);
+    }
+
+    fn release(&self) {
+        *self.hold_after.lock().unwrap() = None;
+        self.released.notify_all();
+    }
+
+    /// Blocks a scan that has passed `events` while a hold is set there, for
+    /// 10 s at most: a test that waits on the scan fails instead of hanging.
+    fn wait_if_held(&self, events: usize) {
+        let hold = self.hold_after.lock().unwrap();
+        let (mut hold, waited) = self
+            .released
+            .wait_timeout_while(hold, Duration::from_secs(10), |hold| {
+                hold.is_some_and(|after| events >= after)
+            })
+            .unwrap();
+        if waited.timed_out() {
+            *hold = None;
+        }
+    }
 }
 
 impl Calls {
@@ -101,7 +130,13 @@ impl Backend for Counted {
     ) -> Result<(ScanPoint, ScanEnd), Refusal> {
         self.calls.scan.fetch_add(1, Ordering::Relaxed);
         self.calls.check_busy()?;
-        self.inner.scan(key, from, sink)
+        let mut seen = 0;
+        let calls = self.calls.clone();
+        self.inner.scan(key, from, &mut |loc, scanned| {
+            seen += 1;
+            calls.wait_if_held(seen);
+            sink(loc, scanned)
+        })
     }
     fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal> {
         self.inner.fetch(key, loc)
@@ -542,6 +577,65 @@ fn a_rewritten_transcript_is_a_new_inode_and_the_old_one_keeps_its_descriptors()
     world.fs.release(fh);
     let error = world.fs.getattr(old).expect_err("the old lineage is gone");
     assert_eq!(error.errno(), libc::ESTALE, "{error}");
+}
+
+/// A log of `turns` short turns, five events each.
+fn turns(turns: u64) -> Vec<JsonMap> {
+    (0..turns)
+        .flat_map(|t| {
+            let (seq, turn) = (t * 5, t + 1);
+            [
+                serde_json::json!({"type": "turn/start", "seq": seq, "time": 1, "data": {"turn": turn}}),
+                serde_json::json!({"type": "step/start", "seq": seq + 1, "time": 2, "data": {"turn": turn, "step": 1}}),
+                serde_json::json!({"type": "user/message", "seq": seq + 2, "time": 3, "data": {"content": [{"type": "text", "text": "hi"}], "source": {"kind": "user"}, "role": "user", "id": format!("u{seq}")}, "surfaceOp": "append"}),
+                serde_json::json!({"type": "step/end", "seq": seq + 3, "time": 4, "data": {"turn": turn, "step": 1}}),
+                serde_json::json!({"type": "turn/end", "seq": seq + 4, "time": 5, "data": {"turn": turn, "reason": {"kind": "completed"}}}),
+            ]
+        })
+        .map(|v| v.as_object().cloned().expect("object"))
+        .collect()
+}
+
+#[test]
+fn events_are_listed_while_the_session_is_still_being_read() {
+    let world = World::new(0, 0, config());
+    world
+        .store
+        .insert(SessionHeader::new("huge", 1_772_457_300_000), turns(4_000));
+    let session = world.session("huge");
+    // The scan stops past its first published batch until released.
+    world.calls.hold(10_000);
+    let events = world
+        .fs
+        .lookup(session, "events")
+        .expect("events/ before the scan ends");
+    let first = world.fs.readdir(events.ino, 0, 100).expect("first batch");
+    assert_eq!(first.len(), 100);
+    assert_eq!(first[0].name, "00000000-turn.start.json");
+    let plus = world.fs.entry_plus(first[1].clone());
+    assert!(!plus.cacheable, "an event's size waits for the scan");
+    assert_eq!(
+        world.fs.cache_usage().0,
+        0,
+        "the session is still being read"
+    );
+    world.calls.release();
+
+    let streamed: Vec<String> = first.into_iter().map(|e| e.name).collect();
+    let all = list(&world.fs, events.ino, 100);
+    assert_eq!(all.len(), 20_000);
+    assert_eq!(
+        all[..100],
+        streamed[..],
+        "the built view lists the same names"
+    );
+    assert_eq!(world.calls.scan.load(Ordering::Relaxed), 1, "read once");
+    assert!(
+        world
+            .fs
+            .entry_plus(world.fs.readdir(events.ino, 5, 1).unwrap()[0].clone())
+            .cacheable
+    );
 }
 
 /// The seq of the first event of a type.

@@ -124,6 +124,12 @@ impl SessionFs {
             let perm = self.control_perm(read_bits);
             return Ok(self.make_attr(ino, Kind::File, size, perm, mtime));
         }
+        if node == Node::Events
+            && let Some(last) = self.streamed_events_time(&slot)
+        {
+            // Shown while the session's first scan runs (`streaming`).
+            return Ok(self.make_attr(ino, Kind::Dir, 0, dir_perm(read_bits), time_of(last)));
+        }
         if let Node::Transcript(lineage) = node
             && let Some(spilled) = self.spilled(&slot)
             && spilled.lineage as u32 == lineage

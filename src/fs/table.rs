@@ -18,7 +18,7 @@ use super::{NAME_MAX, SessionFs, lock, mount_name};
 use crate::model::Refusal;
 use crate::model::ids::decode_segment;
 use crate::store::{Listing, SessionKey};
-use crate::view::SessionView;
+use crate::view::{ScanProgress, SessionView};
 
 /// What the table keeps of a listed session: enough to list it, date it and
 /// place it under its parent. The header itself is read again when the
@@ -68,6 +68,8 @@ pub(super) struct Slot {
     pub view: Mutex<Option<Box<SessionView>>>,
     /// What `stat` needs of the transcript of a dropped view.
     pub spilled: Mutex<Option<Box<Spilled>>>,
+    /// Event names published by the first scan while it runs.
+    pub progress: Mutex<Option<Arc<ScanProgress>>>,
     pub checked: Mutex<Instant>,
     pub control: Mutex<ForkLog>,
     /// The session was removed from the store.
@@ -112,6 +114,7 @@ impl Table {
             refusal: Mutex::new(refusal),
             view: Mutex::new(None),
             spilled: Mutex::new(None),
+            progress: Mutex::new(None),
             checked: Mutex::new(Instant::now()),
             control: Mutex::default(),
             gone: AtomicBool::new(false),

@@ -6,8 +6,10 @@
 //! last pass stopped. Other files are rendered on demand from the index,
 //! fetching the events they need, and cached until the session changes.
 
+mod progress;
 mod steps;
 
+pub use progress::ScanProgress;
 pub use steps::CallFile;
 
 use std::collections::HashSet;
@@ -157,6 +159,19 @@ impl SessionView {
         unreadable: Option<&str>,
         grace: Duration,
     ) -> SessionView {
+        SessionView::open_publishing(backend, id, key, unreadable, grace, None)
+    }
+
+    /// As [`SessionView::open`], publishing event names to `progress` while
+    /// the scan runs.
+    pub fn open_publishing(
+        backend: &dyn Backend,
+        id: &str,
+        key: &SessionKey,
+        unreadable: Option<&str>,
+        grace: Duration,
+        progress: Option<&ScanProgress>,
+    ) -> SessionView {
         let mut view = SessionView {
             id: id.to_string(),
             key: key.clone(),
@@ -179,7 +194,7 @@ impl SessionView {
                 },
                 external: false,
             })),
-            None => view.rebuild(backend),
+            None => view.rebuild(backend, progress),
         };
         view
     }
@@ -246,7 +261,7 @@ impl SessionView {
     }
 
     /// Reads the whole session again from the start.
-    fn rebuild(&mut self, backend: &dyn Backend) -> State {
+    fn rebuild(&mut self, backend: &dyn Backend, progress: Option<&ScanProgress>) -> State {
         self.revision = backend.revision(&self.key).ok();
         let header = match backend.header(&self.key) {
             Ok(header) => header,
@@ -288,7 +303,7 @@ impl SessionView {
             transcript_lineage: 0,
             grown_at: None,
         });
-        match indexed.extend(backend, &self.key) {
+        match indexed.extend(backend, &self.key, progress) {
             Ok(()) => {
                 indexed.shrink();
                 indexed.settle(self.quiet());
@@ -337,7 +352,7 @@ impl SessionView {
                     indexed.cache.clear();
                     indexed.call_cache.clear();
                     let before = indexed.events.len();
-                    let extended = indexed.extend(backend, &self.key).is_ok();
+                    let extended = indexed.extend(backend, &self.key, None).is_ok();
                     if extended && indexed.events.len() != before {
                         indexed.changed(false);
                         indexed.grown_at = Some(Instant::now());
@@ -349,7 +364,7 @@ impl SessionView {
             if continued {
                 self.revision = revision;
             } else {
-                let rebuilt = self.rebuild(backend);
+                let rebuilt = self.rebuild(backend, None);
                 let previous = std::mem::replace(&mut self.state, rebuilt);
                 if let (State::Indexed(old), State::Indexed(new)) = (&previous, &mut self.state) {
                     new.succeed(old);
@@ -521,6 +536,19 @@ impl SessionView {
     }
 }
 
+/// The index of `event_type` among a session's types, added when new.
+fn type_index(types: &mut Vec<String>, parts: &mut Vec<String>, event_type: &str) -> u32 {
+    let id = match types.iter().position(|t| t == event_type) {
+        Some(id) => id,
+        None => {
+            types.push(event_type.to_string());
+            parts.push(event_file::type_part(event_type));
+            types.len() - 1
+        }
+    };
+    id as u32
+}
+
 fn with_location(reason: Refusal, key: &SessionKey) -> Refusal {
     let located = |m: String| {
         if m.contains("(raw log: ") || matches!(key, SessionKey::Row(_)) {
@@ -557,8 +585,14 @@ impl Indexed {
         &self.closers
     }
 
-    /// Reads stored events past the last scan point and folds them.
-    fn extend(&mut self, backend: &dyn Backend, key: &SessionKey) -> Result<(), Refusal> {
+    /// Reads stored events past the last scan point and folds them, publishing
+    /// their names to `progress` as it goes.
+    fn extend(
+        &mut self,
+        backend: &dyn Backend,
+        key: &SessionKey,
+        progress: Option<&ScanProgress>,
+    ) -> Result<(), Refusal> {
         let Indexed {
             fold,
             steps,
@@ -568,17 +602,7 @@ impl Indexed {
             transcript,
             ..
         } = self;
-        let mut type_id = |event_type: &str| -> u32 {
-            let id = match types.iter().position(|t| t == event_type) {
-                Some(id) => id,
-                None => {
-                    types.push(event_type.to_string());
-                    type_parts.push(event_file::type_part(event_type));
-                    types.len() - 1
-                }
-            };
-            id as u32
-        };
+        let mut published = events.len();
         let mut chunk_type = None;
         let mut sink = |loc: EventLoc, mut scanned: Scanned| -> Result<(), Refusal> {
             let folded = fold.observe_scanned(&mut scanned)?;
@@ -593,7 +617,7 @@ impl Indexed {
                     EventMeta {
                         loc,
                         time: event.get("time").and_then(safe_integer).unwrap_or_default(),
-                        type_id: type_id(event_type),
+                        type_id: type_index(types, type_parts, event_type),
                         converted: folded.converted,
                     }
                 }
@@ -601,11 +625,19 @@ impl Indexed {
                 Scanned::Chunk { time, .. } => EventMeta {
                     loc,
                     time: *time,
-                    type_id: *chunk_type.get_or_insert_with(|| type_id(CHUNK_TYPE)),
+                    type_id: *chunk_type
+                        .get_or_insert_with(|| type_index(types, type_parts, CHUNK_TYPE)),
                     converted: false,
                 },
             };
             events.push(meta);
+            if let Some(progress) = progress
+                && events.len() - published >= progress::PUBLISH_EVERY
+            {
+                let batch = events[published..].iter().map(|m| m.type_id);
+                progress.publish(batch, type_parts, meta.time);
+                published = events.len();
+            }
             Ok(())
         };
         let (point, end) = backend.scan(key, &self.point, &mut sink)?;
