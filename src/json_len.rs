@@ -37,6 +37,8 @@ pub fn pretty_line_len(value: &impl serde::Serialize) -> u64 {
 /// `depth` (as a member of a pretty-printed container nested that deep, or
 /// alone at 0, without `pretty_line`'s newline); `None` when the walk is not sure.
 pub fn raw_pretty_len(text: &[u8], depth: u64) -> Option<u64> {
+    // Checked once here: strings are then scanned for `"`, `\` and controls only.
+    std::str::from_utf8(text).ok()?;
     let mut walk = Walk { text, at: 0 };
     let len = walk.value(depth)?;
     walk.skip_whitespace();
@@ -80,10 +82,43 @@ fn escape_extra(byte: u8) -> u64 {
     }
 }
 
+/// Bytes a string holds as they are: not `"`, `\` or a control character.
+const PLAIN: [bool; 256] = {
+    let mut plain = [true; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        plain[byte] = false;
+        byte += 1;
+    }
+    plain[b'"' as usize] = false;
+    plain[b'\\' as usize] = false;
+    plain
+};
+
+/// The bytes of a little-endian word that are not plain, each marked by its
+/// high bit; the lowest mark is exact (borrows only mark bytes above a true one).
+fn not_plain(word: u64) -> u64 {
+    const ONES: u64 = u64::from_ne_bytes([1; 8]);
+    const HIGHS: u64 = ONES << 7;
+    let zero_byte = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+    let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+    zero_byte(word ^ (ONES * u64::from(b'"')))
+        | zero_byte(word ^ (ONES * u64::from(b'\\')))
+        | below_space
+}
+
 /// serde_json refuses deeper nesting (its recursion limit).
 const MAX_DEPTH: u64 = 127;
 /// Keys compared for duplicates per object; a larger object is decoded in full.
-const MAX_KEYS: usize = 32;
+const MAX_KEYS: usize = 16;
+
+struct RawString {
+    /// Its length re-escaped, quotes included.
+    len: u64,
+    /// The length of its body as logged.
+    body_len: usize,
+    escaped: bool,
+}
 
 struct Walk<'a> {
     text: &'a [u8],
@@ -92,7 +127,11 @@ struct Walk<'a> {
 
 impl<'a> Walk<'a> {
     fn skip_whitespace(&mut self) {
-        while matches!(self.text.get(self.at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        while let Some(&byte) = self.text.get(self.at) {
+            // Tokens start above the space; whitespace is rare in logs.
+            if byte > b' ' || !matches!(byte, b' ' | b'\t' | b'\n' | b'\r') {
+                return;
+            }
             self.at += 1;
         }
     }
@@ -109,7 +148,7 @@ impl<'a> Walk<'a> {
         match self.peek()? {
             b'{' => self.object(depth),
             b'[' => self.array(depth),
-            b'"' => self.string().map(|(len, _)| len),
+            b'"' => self.string().map(|string| string.len),
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
             b'n' => self.literal(b"null"),
@@ -152,24 +191,30 @@ impl<'a> Walk<'a> {
             self.at += 1;
             return Some(2);
         }
-        let mut keys: [&'a [u8]; MAX_KEYS] = [&[]; MAX_KEYS];
+        let mut keys = [(0, 0); MAX_KEYS];
         let (mut count, mut members) = (0, 0);
         loop {
             if self.peek()? != b'"' || count == MAX_KEYS {
                 return None;
             }
-            let (key_len, key) = self.string()?;
+            let key_start = self.at + 1;
+            let key = self.string()?;
             // A map keeps one entry per key (the first place, the last value),
             // and an escape can spell a key two ways: decode those in full.
-            if key.contains(&b'\\') || keys[..count].contains(&key) {
+            let text = self.text;
+            let body = &text[key_start..key_start + key.body_len];
+            let seen = |&(start, len): &(usize, usize)| {
+                len == body.len() && text[start..start + len] == *body
+            };
+            if key.escaped || keys[..count].iter().any(seen) {
                 return None;
             }
-            keys[count] = key;
+            keys[count] = (key_start, body.len());
             if self.peek()? != b':' {
                 return None;
             }
             self.at += 1;
-            members += key_len + 2 + self.value(depth + 1)?;
+            members += key.len + 2 + self.value(depth + 1)?;
             count += 1;
             match self.peek()? {
                 b',' => self.at += 1,
@@ -181,35 +226,44 @@ impl<'a> Walk<'a> {
         Some(container_len(depth, count as u64, members))
     }
 
-    /// A string at `"`: its re-escaped length, quotes included, and its raw body.
-    fn string(&mut self) -> Option<(u64, &'a [u8])> {
+    /// A string at `"`.
+    fn string(&mut self) -> Option<RawString> {
+        let text = self.text;
         let start = self.at + 1;
         let mut at = start;
-        let mut len = 2;
-        let mut ascii = true;
+        // Escapes change the length; every other byte is written as it is.
+        let mut escapes_written = 0;
+        let mut escapes_read = 0;
         loop {
-            let byte = *self.text.get(at)?;
-            match byte {
+            // Eight bytes at a time up to the next byte that is not plain.
+            while let Some(word) = text.get(at..at + 8) {
+                let found = not_plain(u64::from_le_bytes(word.try_into().ok()?));
+                if found != 0 {
+                    at += (found.trailing_zeros() / 8) as usize;
+                    break;
+                }
+                at += 8;
+            }
+            while text.get(at).is_some_and(|b| PLAIN[*b as usize]) {
+                at += 1;
+            }
+            match *text.get(at)? {
                 b'"' => break,
                 b'\\' => {
-                    let (written, read) = escape(&self.text[at..])?;
-                    len += written;
+                    let (written, read) = escape(&text[at..])?;
+                    escapes_written += written;
+                    escapes_read += read;
                     at += read;
                 }
-                0x00..=0x1F => return None,
-                _ => {
-                    ascii &= byte < 0x80;
-                    len += 1;
-                    at += 1;
-                }
+                _ => return None,
             }
         }
-        let body: &'a [u8] = &self.text[start..at];
-        if !ascii {
-            std::str::from_utf8(body).ok()?;
-        }
         self.at = at + 1;
-        Some((len, body))
+        Some(RawString {
+            len: (at - start - escapes_read) as u64 + escapes_written + 2,
+            body_len: at - start,
+            escaped: escapes_read > 0,
+        })
     }
 
     /// A number: its logged spelling, except that serde_json writes an
@@ -318,6 +372,8 @@ mod tests {
             r#"[1E5, -0, -0.0, 1.50, 2e-3, 18446744073709551616, 1e+400, 0]"#,
             r#"  {"nested": [[[[{"deep": true, "no": false, "nil": null}]]]]}  "#,
             r#""\u2028\u007f\u001f""#,
+            // Long strings are scanned eight bytes at a time.
+            r#"["0123456789abcdef\"0123456", "01234567\\89abcdefghij", "ééééé\né\tabcdefgh"]"#,
         ] {
             assert_eq!(raw_pretty_len(text.as_bytes(), 0), full(text), "{text}");
         }
@@ -330,6 +386,7 @@ mod tests {
             r#"{"a":1,"\u0061":2}"#,
             r#""\ud800""#,
             "\"\u{1}\"",
+            "\"0123456789abc\u{1f}defghij\"",
             "01",
             "[1,]",
             "{\"a\":1} x",

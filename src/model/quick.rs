@@ -155,15 +155,16 @@ fn run(kind: RowKind, seq0: u64, time0: i64, data: RowData, limits: RowLimits) -
         .iter()
         .map(|d| (d.abs() <= MAX_SAFE_INTEGER).then_some(*d));
     let times = member_times(seq0 as i64, time0, deltas).ok()?;
+    let step = ChunkStep {
+        turn: data.turn.value,
+        step: data.step.value,
+    };
     let sizes = data.member_sizes(kind, seq0, &times);
     Some(ChunkRun {
         seq0,
         times,
         sizes,
-        step: ChunkStep {
-            turn: data.turn.value,
-            step: data.step.value,
-        },
+        step,
     })
 }
 
@@ -286,7 +287,7 @@ impl From<ToolRow> for RowData {
 impl RowData {
     /// Each member's event pretty-printed: all alike but for the member's
     /// text, seq and time, so the rest is counted once.
-    fn member_sizes(&self, kind: RowKind, seq0: u64, times: &[i64]) -> Vec<u64> {
+    fn member_sizes(self, kind: RowKind, seq0: u64, times: &[i64]) -> Vec<u64> {
         let delta = match kind {
             RowKind::Text => "text-delta",
             RowKind::Reasoning => "reasoning-delta",
@@ -319,10 +320,12 @@ impl RowData {
             + member_len("time", 0)
             + member_len("data", data);
         let base = container_len(0, 4, event_fields) + 1;
-        (seq0..)
-            .zip(times.iter().zip(&self.members))
-            .map(|(seq, (time, member))| base + member.0 + int_len(seq as i64) + int_len(*time))
-            .collect()
+        // In place of the members' lengths: a run allocates nothing more.
+        let mut sizes: Vec<u64> = self.members.into_iter().map(|m| m.0).collect();
+        for ((size, seq), time) in sizes.iter_mut().zip(seq0..).zip(times) {
+            *size += base + int_len(seq as i64) + int_len(*time);
+        }
+        sizes
     }
 }
 
@@ -366,8 +369,9 @@ impl<'de> Deserialize<'de> for StringLen {
     }
 }
 
-/// A JSON number of any kind: its value as the full decoder's `as_f64` reads
-/// it, and the length serde_json writes it in (its logged spelling).
+/// A JSON integer within 64 bits, as a double, and the length serde_json
+/// writes it in. Any other number (a fraction, `-0`, a larger integer) keeps
+/// its logged spelling, which this does not see: the row is read in full.
 struct SpelledNumber {
     value: f64,
     len: u64,
@@ -375,14 +379,27 @@ struct SpelledNumber {
 
 impl<'de> Deserialize<'de> for SpelledNumber {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let number = serde_json::Number::deserialize(deserializer)?;
-        let value = number
-            .as_f64()
-            .ok_or_else(|| de::Error::custom("a number out of range"))?;
-        Ok(SpelledNumber {
-            value,
-            len: number.as_str().len() as u64,
-        })
+        struct IntegerOnly;
+        impl Visitor<'_> for IntegerOnly {
+            type Value = SpelledNumber;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an integer")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<SpelledNumber, E> {
+                let len = v.checked_ilog10().map_or(1, |l| l + 1);
+                Ok(SpelledNumber {
+                    value: v as f64,
+                    len: len.into(),
+                })
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<SpelledNumber, E> {
+                Ok(SpelledNumber {
+                    value: v as f64,
+                    len: int_len(v),
+                })
+            }
+        }
+        deserializer.deserialize_f64(IntegerOnly)
     }
 }
 
