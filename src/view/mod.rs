@@ -40,7 +40,8 @@ pub struct Content {
 }
 
 /// Every file of a session directory whose bytes are generated: one name for
-/// each, so that a file's size and its bytes come from one place.
+/// each, so that a file's size and its bytes are asked for alike
+/// (`SessionView::file_size`, `SessionView::file`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FileId {
     /// `header.json`: also shown for a session whose log cannot be read.
