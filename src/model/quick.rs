@@ -9,9 +9,10 @@
 //!
 //! The quick readers are strict and narrow: they accept only records that the
 //! full decoder accepts, and give the same seqs, times, turns and steps, and
-//! each event's pretty-printed length (what its file in `events/` holds), so
-//! that listing `events/` renders nothing (a property test holds them to it). `None` never means "invalid", only "decode
-//! this record in full", which then gives the authoritative answer or refusal.
+//! each event's pretty-printed length (what its file in `events/` holds, so
+//! that listing `events/` renders nothing); a property test holds them to it.
+//! `None` never means "invalid", only "decode this record in full", which then
+//! gives the authoritative answer or refusal.
 
 use std::fmt;
 
