@@ -17,6 +17,7 @@ pub mod fs;
 pub mod fuse_adapter;
 pub mod fuse_device;
 pub mod json;
+pub mod json_len;
 pub mod model;
 pub mod mountinfo;
 pub mod random;

@@ -32,6 +32,7 @@ struct Calls {
     find: AtomicUsize,
     revision: AtomicUsize,
     scan: AtomicUsize,
+    fetch: AtomicUsize,
     busy: std::sync::atomic::AtomicBool,
     /// Bumped to replace every stored log by a new artifact (deleted and
     /// written again), which is read afresh rather than continued.
@@ -139,6 +140,7 @@ impl Backend for Counted {
         })
     }
     fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal> {
+        self.calls.fetch.fetch_add(1, Ordering::Relaxed);
         self.inner.fetch(key, loc)
     }
     fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> std::io::Result<SessionKey> {
@@ -676,6 +678,41 @@ fn every_file_stats_at_the_size_a_read_returns_control_files_included() {
         }
     }
     assert!(files > 100, "{files} files");
+}
+
+/// `ls -l events/` of a huge session must not render a million events: each
+/// event's size is kept from the scan, so listing with attributes
+/// (`readdirplus`) and `stat` fetch nothing, and a read returns that many bytes.
+#[test]
+fn listing_and_stating_events_fetch_nothing_from_the_store() {
+    let world = World::new(1, usize::MAX, config());
+    let events = world
+        .fs
+        .lookup(world.session(&name(0)), "events")
+        .expect("events");
+    let fetched = || world.calls.fetch.load(Ordering::Relaxed);
+    let before = fetched();
+    let mut sizes = Vec::new();
+    let mut offset = 0;
+    loop {
+        let entries = world.fs.readdir(events.ino, offset, 64).expect("readdir");
+        let Some(last) = entries.last() else { break };
+        offset = last.next;
+        for entry in entries {
+            let ino = entry.ino;
+            let plus = world.fs.entry_plus(entry);
+            assert!(plus.cacheable, "{}", plus.entry.name);
+            let attr = world.fs.getattr(ino).expect("getattr");
+            assert_eq!(attr.size, plus.attr.size, "{}", plus.entry.name);
+            sizes.push((plus.entry.name, ino, attr.size));
+        }
+    }
+    assert_eq!(sizes.len(), world.events.len());
+    assert_eq!(fetched(), before, "listing or stating events fetched them");
+    for (name, ino, size) in sizes {
+        assert_eq!(world.read_all(ino).len() as u64, size, "{name}");
+    }
+    assert!(fetched() > before, "reads fetch the events");
 }
 
 #[test]

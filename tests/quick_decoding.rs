@@ -1,11 +1,15 @@
 //! The quick chunk readers (`model::quick`) against the full decoder: on every
 //! record they accept, the fold must end in the same state, or fail with the same
-//! refusal, as it does on the fully decoded events, and each chunk must name the
-//! same turn and step (a `finish` chunk is never read quickly). Records are generated from
-//! valid templates and then mutated at random (values swapped, keys dropped,
-//! added or duplicated, bytes flipped), so the narrow edges are exercised.
+//! refusal, as it does on the fully decoded events, each chunk must name the
+//! same turn and step (a `finish` chunk is never read quickly), and each
+//! chunk's size must be the length of its rendered file in `events/`. Records
+//! are generated from valid templates and then mutated at random (values
+//! swapped, keys dropped, added or duplicated, bytes flipped, strings and
+//! numbers spelled otherwise), so the narrow edges are exercised.
 
 mod common;
+
+use std::time::Duration;
 
 use common::Rng;
 use serde_json::{Value, json};
@@ -15,7 +19,10 @@ use sessionfs::model::chunk_rows::{
 };
 use sessionfs::model::fold::SessionFold;
 use sessionfs::model::header::SessionHeader;
-use sessionfs::model::quick::{self, Scanned};
+use sessionfs::model::quick::{self, ChunkRun, Scanned};
+use sessionfs::render::event_file;
+use sessionfs::store::{EventLoc, ScanPoint};
+use sessionfs::view::{FileId, SessionView};
 
 const TEXTS: &[&str] = &[
     "a",
@@ -24,6 +31,9 @@ const TEXTS: &[&str] = &[
     "quote \" and \\ slash",
     "\u{1F600}",
     "tab\t",
+    "\u{0}\u{8}\u{c}\r\n\u{1f}\u{7f}",
+    "a/b</script>",
+    "\u{10FFFF}\u{2029}\u{FEFF}",
 ];
 
 /// A valid record: a lone chunk event or a packed row, seqs from 0.
@@ -63,6 +73,11 @@ fn template(rng: &mut Rng) -> Value {
 const ODD_VALUES: &[&str] = &[
     "null",
     "1.5",
+    "1E5",
+    "-2.50e-7",
+    "0.1e+2",
+    "[[], {}, [{}]]",
+    "{\"a\": {\"b\": [1, \"x\\u00e9\"]}, \"c\": \"\\/\"}",
     "2.0",
     "-0",
     "1e3",
@@ -115,7 +130,7 @@ fn mutate(rng: &mut Rng, mut value: Value) -> Vec<u8> {
     paths(&value, &mut Vec::new(), &mut all);
     let path = all[1 + rng.index(all.len() - 1)].clone();
     let text = |v: &Value| serde_json::to_string(v).unwrap();
-    match rng.below(6) {
+    match rng.below(7) {
         0 => {
             let odd: Value = serde_json::from_str(rng.pick(ODD_VALUES)).unwrap();
             *at(&mut value, &path) = odd;
@@ -169,10 +184,84 @@ fn mutate(rng: &mut Rng, mut value: Value) -> Vec<u8> {
             bytes[i] = rng.pick(b"\"\\{}[],:0 9-ez\xff\x00\n");
             bytes
         }
+        5 => {
+            if rng.below(2) == 0 {
+                *at(&mut value, &path) = serde_json::from_str(rng.pick(ODD_VALUES)).unwrap();
+            }
+            respell(rng, &text(&value)).into_bytes()
+        }
         _ => {
             *at(&mut value, &path) = json!(rng.next() as i64 % 3 - 1);
             text(&value).into_bytes()
         }
+    }
+}
+
+/// The same JSON spelled otherwise at random places after the record's first
+/// key and value (which the quick reader matches as written): characters of
+/// strings as `\u` escapes (surrogate pairs beyond the BMP; keys rarely), `/`
+/// as `\/`, exponents in upper case or without a sign, whitespace between tokens.
+fn respell(rng: &mut Rng, compact: &str) -> String {
+    let kept = compact.find(',').map_or(compact.len(), |at| at + 1);
+    let mut out = compact[..kept].to_string();
+    let mut objects = vec![true];
+    let (mut in_string, mut is_key, mut escaped, mut last) = (false, false, false, ',');
+    for c in compact[kept..].chars() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            } else if rng.below(if is_key { 40 } else { 3 }) == 0 {
+                if c == '/' {
+                    out.push_str("\\/");
+                } else {
+                    let mut units = [0u16; 2];
+                    for unit in c.encode_utf16(&mut units) {
+                        out.push_str(&format!("\\u{unit:04x}"));
+                    }
+                }
+                continue;
+            }
+            out.push(c);
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                is_key = last == '{' || (last == ',' && objects.last() == Some(&true));
+            }
+            '{' | '[' => objects.push(c == '{'),
+            '}' | ']' => {
+                objects.pop();
+            }
+            _ => {}
+        }
+        last = c;
+        match c {
+            'e' if rng.below(2) == 0 => {
+                out.push('E');
+                continue;
+            }
+            '+' if rng.below(2) == 0 => continue,
+            ',' | ':' | '[' | '{' if rng.below(4) == 0 => {
+                out.push(c);
+                out.push_str(rng.pick(&[" ", "\n", "\t ", "\r\n"]));
+                continue;
+            }
+            _ => {}
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn maybe_respelled(rng: &mut Rng, data: Vec<u8>) -> Vec<u8> {
+    match rng.below(2) {
+        0 => respell(rng, &String::from_utf8(data).unwrap()).into_bytes(),
+        _ => data,
     }
 }
 
@@ -238,6 +327,7 @@ fn check_record(line: &[u8], limits: RowLimits, must_be_quick: bool) -> bool {
         !events.iter().any(is_finish),
         "quick read a finish chunk: {text}"
     );
+    assert_eq!(file_sizes(&events), run.sizes, "sizes differ on {text}");
     assert_eq!(
         folded(events.into_iter().map(Scanned::Event)),
         folded(run.events()),
@@ -246,17 +336,24 @@ fn check_record(line: &[u8], limits: RowLimits, must_be_quick: bool) -> bool {
     true
 }
 
+/// The length of each event's file in `events/`, rendered.
+fn file_sizes(events: &[JsonMap]) -> Vec<u64> {
+    events
+        .iter()
+        .map(|e| event_file::content(e).len() as u64)
+        .collect()
+}
+
 #[test]
 fn quick_jsonl_records_fold_like_fully_decoded_ones() {
     let mut rng = Rng(20261202);
-    let (mut mutants, mut quick_mutants) = (0, 0);
+    let (mut mutants, mut quick_mutants, mut quick_respelled) = (0, 0, 0);
     for _ in 0..20_000 {
         let valid = template(&mut rng);
-        check_record(
-            serde_json::to_string(&valid).unwrap().as_bytes(),
-            JSONL_ROW_LIMITS,
-            true,
-        );
+        let compact = serde_json::to_string(&valid).unwrap();
+        check_record(compact.as_bytes(), JSONL_ROW_LIMITS, true);
+        let respelled = respell(&mut rng, &compact);
+        quick_respelled += check_record(respelled.as_bytes(), JSONL_ROW_LIMITS, false) as usize;
         let mutant = mutate(&mut rng, valid);
         mutants += 1;
         quick_mutants += check_record(&mutant, JSONL_ROW_LIMITS, false) as usize;
@@ -266,6 +363,9 @@ fn quick_jsonl_records_fold_like_fully_decoded_ones() {
         quick_mutants > mutants / 20 && quick_mutants < mutants / 2,
         "{quick_mutants} of {mutants}"
     );
+    // An escaped key sends a lone chunk to the full decoder; most respellings
+    // are still read quickly.
+    assert!(quick_respelled > 20_000 / 2, "{quick_respelled} respelled");
 }
 
 #[test]
@@ -286,6 +386,7 @@ fn quick_sqlite_row_data_matches_the_full_expansion() {
             };
             serde_json::to_vec(mutant.get("data").unwrap_or(&Value::Null)).unwrap()
         };
+        let data = maybe_respelled(&mut rng, data);
         let (seq0, time0) = (rng.below(3), 1_773_000_000_000i64);
         let Some(run) = quick::row_data(kind, seq0, time0, &data, SQLITE_ROW_LIMITS) else {
             continue;
@@ -310,11 +411,14 @@ fn quick_sqlite_row_data_matches_the_full_expansion() {
         let quick: Vec<_> = run
             .events()
             .map(|e| match e {
-                Scanned::Chunk { seq, time, step } => (seq, time, Some((step.turn, step.step))),
+                Scanned::Chunk {
+                    seq, time, step, ..
+                } => (seq, time, Some((step.turn, step.step))),
                 Scanned::Event(_) => unreachable!(),
             })
             .collect();
         assert_eq!(full, quick);
+        assert_eq!(file_sizes(&events), run.sizes, "{map:?}");
         assert!(events.iter().all(|e| e["type"] == "assistant/chunk"));
     }
     assert!(quick_count > 1000, "{quick_count}");
@@ -390,18 +494,197 @@ fn quick_sqlite_chunk_data_names_the_step_of_the_full_data() {
                 Err(_) => continue,
             }
         };
-        let Some(step) = quick::lone_chunk_data(&data) else {
+        let data = maybe_respelled(&mut rng, data);
+        let (seq, time) = (rng.below(3), 1_773_000_000_000i64 - rng.below(2) as i64);
+        let Some(ChunkRun { step, sizes, .. }) = quick::lone_chunk_row(seq, time, &data) else {
             continue;
         };
         quick_count += 1;
+        // The event a scalar row decodes to (spec §2.4: type, seq, time, data).
         let mut event = JsonMap::new();
         event.insert("type".into(), json!("assistant/chunk"));
+        event.insert("seq".into(), json!(seq));
+        event.insert("time".into(), json!(time));
         event.insert("data".into(), serde_json::from_slice(&data).unwrap());
         assert!(!is_finish(&event), "quick read a finish chunk: {event:?}");
+        assert_eq!(sizes, file_sizes(std::slice::from_ref(&event)), "{event:?}");
         assert_eq!(
             chunk_step(&Scanned::Event(event)),
             Some((step.turn, step.step))
         );
     }
     assert!(quick_count > 1000, "{quick_count}");
+}
+
+/// Raw spellings of JSON numbers and string pieces, as a log may hold them.
+const RAW_NUMBERS: &[&str] = &[
+    "0",
+    "-0",
+    "7",
+    "-12",
+    "1.50",
+    "-0.0",
+    "1E5",
+    "1e-7",
+    "2.5E+3",
+    "1e400",
+    "18446744073709551616",
+    "-9223372036854775809",
+    "123456789012345678901234567890.5",
+];
+const RAW_PIECES: &[&str] = &[
+    "a",
+    "\\\"",
+    "\\\\",
+    "\\/",
+    "\\b",
+    "\\f",
+    "\\n",
+    "\\r",
+    "\\t",
+    "\\u0000",
+    "\\u001F",
+    "\\u007f",
+    "\\u00e9",
+    "\\u2028",
+    "\\uFFFF",
+    "\\ud83d\\ude00",
+    "é",
+    "😀",
+    "\u{2029}",
+    " ",
+    "</",
+    "\\u0022",
+    "\\u005C",
+];
+
+/// A random JSON value as raw text: nested objects and arrays (empty ones
+/// too), strings and numbers in any valid spelling, whitespace between tokens.
+fn raw_json(rng: &mut Rng, depth: u32) -> String {
+    let space = |rng: &mut Rng| rng.pick(&["", "", " ", "\n  ", "\t"]).to_string();
+    let string = |rng: &mut Rng| {
+        let pieces: String = (0..rng.below(5)).map(|_| rng.pick(RAW_PIECES)).collect();
+        format!("\"{pieces}\"")
+    };
+    match rng.below(if depth > 4 { 4 } else { 7 }) {
+        0 => rng.pick(RAW_NUMBERS).to_string(),
+        1 => string(rng),
+        2 => rng.pick(&["true", "false", "null"]).to_string(),
+        3 => rng.pick(RAW_NUMBERS).to_string(),
+        4 | 5 => {
+            let items: Vec<String> = (0..rng.below(4))
+                .map(|_| format!("{}{}{}", space(rng), raw_json(rng, depth + 1), space(rng)))
+                .collect();
+            format!("[{}]", items.join(","))
+        }
+        _ => {
+            let members: Vec<String> = (0..rng.below(4))
+                .map(|k| {
+                    // Distinct keys; a duplicate is tried in the mutants.
+                    let key = format!("k{k}{}", rng.pick(&["", "é", "\u{1F600}"]));
+                    let value = raw_json(rng, depth + 1);
+                    format!(
+                        "{}\"{key}\"{}:{}{value}",
+                        space(rng),
+                        space(rng),
+                        space(rng)
+                    )
+                })
+                .collect();
+            format!("{{{}}}", members.join(","))
+        }
+    }
+}
+
+/// A streamed chunk's contents are never decoded by the quick reader, yet its
+/// size must be the length of the event as rendered: any JSON, spelled any
+/// valid way, in the chunk of a lone JSONL event or a scalar SQLite row.
+#[test]
+fn lone_chunk_sizes_hold_for_any_contents_in_any_spelling() {
+    let mut rng = Rng(15);
+    let (mut quick_lines, mut quick_rows) = (0, 0);
+    for _ in 0..20_000 {
+        let extra = raw_json(&mut rng, 0);
+        let data = format!(
+            r#"{{"turn":1,"step":{},"chunk":{{"type":"text-delta","index":0,"text":{},"extra":{extra}}}}}"#,
+            rng.pick(RAW_NUMBERS),
+            raw_json(&mut rng, 3),
+        );
+        let line =
+            format!(r#"{{"type":"assistant/chunk","seq":0,"time":1773000000000,"data":{data}}}"#);
+        quick_lines += check_record(line.as_bytes(), JSONL_ROW_LIMITS, false) as usize;
+        let Some(run) = quick::lone_chunk_row(3, -5, data.as_bytes()) else {
+            continue;
+        };
+        quick_rows += 1;
+        let mut event = JsonMap::new();
+        event.insert("type".into(), json!("assistant/chunk"));
+        event.insert("seq".into(), json!(3));
+        event.insert("time".into(), json!(-5));
+        event.insert("data".into(), serde_json::from_str(&data).unwrap());
+        assert_eq!(run.sizes, file_sizes(&[event]), "{data}");
+    }
+    assert!(
+        quick_lines > 5_000 && quick_rows > 5_000,
+        "{quick_lines} {quick_rows}"
+    );
+}
+
+/// Every event of every fixture store (each format, crashed and legacy logs
+/// too): each chunk the scan read quickly is sized as its fetched event
+/// renders, and every file of `events/` (converted events and synthetic
+/// closers included) is sized as it reads.
+#[test]
+fn every_fixture_event_is_sized_as_its_file_reads() {
+    let (mut files, mut quick_chunks) = (0, 0);
+    for store in [
+        "jsonl",
+        "jsonl-zstd",
+        "sqlite14",
+        "sqlite17",
+        "crash/jsonl",
+        "crash/jsonl-zstd",
+        "crash/sqlite14",
+        "crash/sqlite17",
+        "../legacy/stores/jsonl",
+        "../legacy/stores/jsonl-zstd",
+    ] {
+        let copy = common::store_copy(store);
+        let backend = sessionfs::store::open(&copy.path).expect("store");
+        for listing in backend.list() {
+            let mut chunks = Vec::new();
+            let mut sink = |loc: EventLoc, scanned: Scanned| {
+                if let Scanned::Chunk { size, .. } = scanned {
+                    chunks.push((loc, size));
+                }
+                Ok(())
+            };
+            // A log the view cannot read is still scanned up to its defect.
+            let _ = backend.scan(&listing.key, &ScanPoint::default(), &mut sink);
+            for (loc, size) in chunks {
+                let event = backend.fetch(&listing.key, loc).expect("fetch");
+                let rendered = event_file::content(&event).len() as u64;
+                assert_eq!(size, rendered, "{store} {} {loc:?}", listing.id);
+                quick_chunks += 1;
+            }
+            // Quiet at once, so crashed logs show their synthetic closers.
+            let mut view = SessionView::load(backend.as_ref(), &listing, Duration::ZERO);
+            for seq in 0..view.event_count() {
+                let which = FileId::Event(seq);
+                let size = view.file_size(backend.as_ref(), which).unwrap();
+                let bytes = view.file(backend.as_ref(), which).unwrap();
+                assert_eq!(
+                    size.expect("size"),
+                    bytes.expect("bytes").bytes.len() as u64,
+                    "{store} {} event {seq}",
+                    listing.id
+                );
+                files += 1;
+            }
+        }
+    }
+    assert!(
+        files > 10_000 && quick_chunks > 5_000,
+        "{files} files, {quick_chunks} quick chunks"
+    );
 }

@@ -154,7 +154,11 @@ impl SessionFs {
                 _ => {
                     let which = super::file_id(node)
                         .ok_or_else(|| Error::IsDir("not a regular file".into()))?;
-                    let size = self.view_file(&slot, view, which)?.bytes.len() as u64;
+                    // An event's size is kept from the scan: nothing is rendered.
+                    let (backend, _) = self.backend_of(&slot);
+                    let size = view.file_size(backend.as_ref(), which).ok_or_else(|| {
+                        Error::NotFound(format!("{} has no such file", slot.name))
+                    })??;
                     let mtime = match node {
                         Node::Event(seq) => view
                             .indexed()

@@ -8,9 +8,11 @@
 //! needs its kind, and there is one per model call.
 //!
 //! The quick readers are strict and narrow: they accept only records that the
-//! full decoder accepts, and give the same seqs, times, turns and steps (a
-//! property test holds them to it). `None` never means "invalid", only "decode
-//! this record in full", which then gives the authoritative answer or refusal.
+//! full decoder accepts, and give the same seqs, times, turns and steps, and
+//! each event's pretty-printed length (what its file in `events/` holds, so
+//! that listing `events/` renders nothing); a property test holds them to it.
+//! `None` never means "invalid", only "decode this record in full", which then
+//! gives the authoritative answer or refusal.
 
 use std::fmt;
 
@@ -18,7 +20,9 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
 use crate::json::{JsonMap, MAX_SAFE_INTEGER};
+use crate::json_len::{container_len, int_len, member_len, raw_pretty_len, string_len};
 use crate::model::chunk_rows::{RowKind, RowLimits, member_times};
+use crate::model::fold::CHUNK_TYPE;
 
 /// One stored event as a backend hands it to the fold.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,6 +34,8 @@ pub enum Scanned {
         seq: u64,
         time: i64,
         step: ChunkStep,
+        /// The length of the event pretty-printed (`json::pretty_line`).
+        size: u64,
     },
 }
 
@@ -41,22 +47,25 @@ pub struct ChunkStep {
     pub step: f64,
 }
 
-/// A run of `assistant/chunk` events of one step: the first seq and each event's time.
+/// A run of `assistant/chunk` events of one step: the first seq, and each
+/// event's time and pretty-printed length.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChunkRun {
     pub seq0: u64,
     pub times: Vec<i64>,
+    pub sizes: Vec<u64>,
     pub step: ChunkStep,
 }
 
 impl ChunkRun {
     pub fn events(&self) -> impl Iterator<Item = Scanned> + '_ {
         (self.seq0..)
-            .zip(&self.times)
-            .map(|(seq, time)| Scanned::Chunk {
+            .zip(self.times.iter().zip(&self.sizes))
+            .map(|(seq, (time, size))| Scanned::Chunk {
                 seq,
                 time: *time,
                 step: self.step,
+                size: *size,
             })
     }
 }
@@ -71,10 +80,12 @@ pub fn jsonl_record(line: &[u8], limits: RowLimits) -> Option<ChunkRun> {
         let event: LoneChunk = serde_json::from_slice(line).ok()?;
         let seq = safe_seq(event.seq)?;
         let time = safe_time(event.time)?;
+        let step = event.data.step()?;
         return Some(ChunkRun {
             seq0: seq,
             times: vec![time],
-            step: event.data.step()?,
+            sizes: vec![raw_pretty_len(line, 0)? + 1],
+            step,
         });
     }
     let tag = line.strip_prefix(br#"{"type":""#)?;
@@ -84,32 +95,17 @@ pub fn jsonl_record(line: &[u8], limits: RowLimits) -> Option<ChunkRun> {
             tag.strip_prefix(kind.tag().as_bytes())
                 .is_some_and(|rest| rest.starts_with(b"\","))
         })?;
-    let (seq0, time0, members, dt, step) = match kind {
+    let (seq0, time0, data) = match kind {
         RowKind::ToolCall => {
             let row: RowRecord<ToolRow> = serde_json::from_slice(line).ok()?;
-            let step = ChunkStep {
-                turn: row.data.turn.0,
-                step: row.data.step.0,
-            };
-            (row.seq0, row.time0, row.data.args.len(), row.data.dt, step)
+            (row.seq0, row.time0, row.data.into())
         }
         _ => {
             let row: RowRecord<TextRow> = serde_json::from_slice(line).ok()?;
-            let step = ChunkStep {
-                turn: row.data.turn.0,
-                step: row.data.step.0,
-            };
-            (row.seq0, row.time0, row.data.texts.len(), row.data.dt, step)
+            (row.seq0, row.time0, row.data.into())
         }
     };
-    run(
-        safe_seq(seq0)?,
-        safe_time(time0)?,
-        members,
-        &dt,
-        step,
-        limits,
-    )
+    run(kind, safe_seq(seq0)?, safe_time(time0)?, data, limits)
 }
 
 /// Reads the `data` of a packed SQLite row quickly (its seq and time are columns).
@@ -120,60 +116,57 @@ pub fn row_data(
     data: &[u8],
     limits: RowLimits,
 ) -> Option<ChunkRun> {
-    let (members, dt, step) = match kind {
-        RowKind::ToolCall => {
-            let data: ToolRow = serde_json::from_slice(data).ok()?;
-            let step = ChunkStep {
-                turn: data.turn.0,
-                step: data.step.0,
-            };
-            (data.args.len(), data.dt, step)
-        }
-        _ => {
-            let data: TextRow = serde_json::from_slice(data).ok()?;
-            let step = ChunkStep {
-                turn: data.turn.0,
-                step: data.step.0,
-            };
-            (data.texts.len(), data.dt, step)
-        }
+    let data = match kind {
+        RowKind::ToolCall => serde_json::from_slice::<ToolRow>(data).ok()?.into(),
+        _ => serde_json::from_slice::<TextRow>(data).ok()?.into(),
     };
-    run(
-        safe_seq(seq0)?,
-        safe_time(time0)?,
-        members,
-        &dt,
+    run(kind, safe_seq(seq0)?, safe_time(time0)?, data, limits)
+}
+
+/// Reads a scalar `assistant/chunk` SQLite row quickly from its seq, time and
+/// `data`, when the data names its turn and step and its chunk is no `finish`.
+pub fn lone_chunk_row(seq: u64, time: i64, data: &[u8]) -> Option<ChunkRun> {
+    let step = serde_json::from_slice::<LoneChunkData>(data).ok()?.step()?;
+    let seq = safe_seq(seq)?;
+    let time = safe_time(time)?;
+    // The event the row decodes to: `{type, seq, time, data}`.
+    let fields = member_len("type", string_len(CHUNK_TYPE))
+        + member_len("seq", int_len(seq as i64))
+        + member_len("time", int_len(time))
+        + member_len("data", raw_pretty_len(data, 1)?);
+    Some(ChunkRun {
+        seq0: seq,
+        times: vec![time],
+        sizes: vec![container_len(0, 4, fields) + 1],
         step,
-        limits,
-    )
+    })
 }
 
-/// Reads the `data` of a scalar `assistant/chunk` SQLite row quickly: its
-/// turn and step, when it names them and its chunk is no `finish`.
-pub fn lone_chunk_data(data: &[u8]) -> Option<ChunkStep> {
-    serde_json::from_slice::<LoneChunkData>(data).ok()?.step()
-}
-
-fn run(
-    seq0: u64,
-    time0: i64,
-    members: usize,
-    dt: &[i64],
-    step: ChunkStep,
-    limits: RowLimits,
-) -> Option<ChunkRun> {
+fn run(kind: RowKind, seq0: u64, time0: i64, data: RowData, limits: RowLimits) -> Option<ChunkRun> {
+    let members = data.members.len();
     if members == 0
         || members < limits.min_members
         || members > limits.max_members
-        || dt.len() != members - 1
+        || data.dt.len() != members - 1
     {
         return None;
     }
-    let deltas = dt
+    let deltas = data
+        .dt
         .iter()
         .map(|d| (d.abs() <= MAX_SAFE_INTEGER).then_some(*d));
     let times = member_times(seq0 as i64, time0, deltas).ok()?;
-    Some(ChunkRun { seq0, times, step })
+    let step = ChunkStep {
+        turn: data.turn.value,
+        step: data.step.value,
+    };
+    let sizes = data.member_sizes(kind, seq0, &times);
+    Some(ChunkRun {
+        seq0,
+        times,
+        sizes,
+        step,
+    })
 }
 
 fn safe_seq(seq: u64) -> Option<u64> {
@@ -233,32 +226,111 @@ struct RowRecord<T> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TextRow {
-    turn: JsonNumber,
-    step: JsonNumber,
-    #[serde(rename = "index")]
-    _index: JsonNumber,
+    turn: SpelledNumber,
+    step: SpelledNumber,
+    index: SpelledNumber,
     dt: Vec<i64>,
-    texts: Vec<JsonString>,
+    texts: Vec<StringLen>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ToolRow {
-    turn: JsonNumber,
-    step: JsonNumber,
-    #[serde(rename = "index")]
-    _index: JsonNumber,
-    #[serde(rename = "id")]
-    _id: JsonString,
+    turn: SpelledNumber,
+    step: SpelledNumber,
+    index: SpelledNumber,
+    id: StringLen,
     /// Optional, but a string when present (`null` is refused, as in full).
-    #[serde(rename = "name", default)]
-    _name: JsonString,
+    #[serde(default)]
+    name: StringLen,
     dt: Vec<i64>,
-    args: Vec<JsonString>,
+    args: Vec<StringLen>,
+}
+
+/// The `data` of a packed row of either shape: what its expansion
+/// (`chunk_rows::expand`) copies into every member's event.
+struct RowData {
+    turn: SpelledNumber,
+    step: SpelledNumber,
+    index: SpelledNumber,
+    /// A tool-call row's `id` and `name` (`None` for a text row).
+    tool: Option<(StringLen, StringLen)>,
+    dt: Vec<i64>,
+    members: Vec<StringLen>,
+}
+
+impl From<TextRow> for RowData {
+    fn from(row: TextRow) -> RowData {
+        RowData {
+            turn: row.turn,
+            step: row.step,
+            index: row.index,
+            tool: None,
+            dt: row.dt,
+            members: row.texts,
+        }
+    }
+}
+
+impl From<ToolRow> for RowData {
+    fn from(row: ToolRow) -> RowData {
+        RowData {
+            turn: row.turn,
+            step: row.step,
+            index: row.index,
+            tool: Some((row.id, row.name)),
+            dt: row.dt,
+            members: row.args,
+        }
+    }
+}
+
+impl RowData {
+    /// Each member's event pretty-printed: all alike but for the member's
+    /// text, seq and time, so the rest is counted once.
+    fn member_sizes(self, kind: RowKind, seq0: u64, times: &[i64]) -> Vec<u64> {
+        let delta = match kind {
+            RowKind::Text => "text-delta",
+            RowKind::Reasoning => "reasoning-delta",
+            RowKind::ToolCall => "tool-call-delta",
+        };
+        let head = member_len("type", string_len(delta)) + member_len("index", self.index.len);
+        let (chunk_fields, chunk_count) = match &self.tool {
+            None => (head + member_len("text", 0), 3),
+            Some((id, StringLen(0))) => (
+                head + member_len("id", id.0) + member_len("argumentsDelta", 0),
+                4,
+            ),
+            Some((id, name)) => (
+                head + member_len("id", id.0)
+                    + member_len("name", name.0)
+                    + member_len("argumentsDelta", 0),
+                5,
+            ),
+        };
+        let chunk = container_len(2, chunk_count, chunk_fields);
+        let data = container_len(
+            1,
+            3,
+            member_len("turn", self.turn.len)
+                + member_len("step", self.step.len)
+                + member_len("chunk", chunk),
+        );
+        let event_fields = member_len("type", string_len(CHUNK_TYPE))
+            + member_len("seq", 0)
+            + member_len("time", 0)
+            + member_len("data", data);
+        let base = container_len(0, 4, event_fields) + 1;
+        // In place of the members' lengths: a run allocates nothing more.
+        let mut sizes: Vec<u64> = self.members.into_iter().map(|m| m.0).collect();
+        for ((size, seq), time) in sizes.iter_mut().zip(seq0..).zip(times) {
+            *size += base + int_len(seq as i64) + int_len(*time);
+        }
+        sizes
+    }
 }
 
 /// A JSON string, checked and not kept.
-#[derive(Default)]
 struct JsonString;
 
 impl<'de> Deserialize<'de> for JsonString {
@@ -274,6 +346,61 @@ impl<'de> Deserialize<'de> for JsonString {
             }
         }
         deserializer.deserialize_str(StringOnly)
+    }
+}
+
+/// A JSON string, checked, and the length serde_json writes it in (0 when
+/// absent: a written string has at least its quotes).
+#[derive(Default)]
+struct StringLen(u64);
+
+impl<'de> Deserialize<'de> for StringLen {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Measure;
+        impl Visitor<'_> for Measure {
+            type Value = StringLen;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<StringLen, E> {
+                Ok(StringLen(string_len(text)))
+            }
+        }
+        deserializer.deserialize_str(Measure)
+    }
+}
+
+/// A JSON integer within 64 bits, as a double, and the length serde_json
+/// writes it in. Any other number (a fraction, `-0`, a larger integer) keeps
+/// its logged spelling, which this does not see: the row is read in full.
+struct SpelledNumber {
+    value: f64,
+    len: u64,
+}
+
+impl<'de> Deserialize<'de> for SpelledNumber {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct IntegerOnly;
+        impl Visitor<'_> for IntegerOnly {
+            type Value = SpelledNumber;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an integer")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<SpelledNumber, E> {
+                let len = v.checked_ilog10().map_or(1, |l| l + 1);
+                Ok(SpelledNumber {
+                    value: v as f64,
+                    len: len.into(),
+                })
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<SpelledNumber, E> {
+                Ok(SpelledNumber {
+                    value: v as f64,
+                    len: int_len(v),
+                })
+            }
+        }
+        deserializer.deserialize_f64(IntegerOnly)
     }
 }
 

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::Value;
 
 use crate::json::{JsonMap, safe_integer};
+use crate::json_len::pretty_line_len;
 use crate::model::Refusal;
 use crate::model::fold::{CHUNK_TYPE, SessionFold};
 use crate::model::header::SessionHeader;
@@ -41,7 +42,8 @@ pub struct Content {
 }
 
 /// Every file of a session directory whose bytes are generated: one name for
-/// each, so that a file's size and its bytes come from one place.
+/// each, so that a file's size and its bytes are asked for alike
+/// (`SessionView::file_size`, `SessionView::file`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FileId {
     /// `header.json`: also shown for a session whose log cannot be read.
@@ -66,13 +68,48 @@ pub enum ViewFile {
     Index,
 }
 
+/// What the index keeps of one stored event: a huge session holds a million
+/// of these, so they are packed into 32 bytes.
 #[derive(Clone, Copy, Debug)]
 struct EventMeta {
     loc: EventLoc,
     time: i64,
-    type_id: u32,
-    /// Stored in a legacy shape, shown converted (spec §15).
-    converted: bool,
+    /// The type's index in `Indexed::types`, shifted left once; the low bit is
+    /// set when the event is stored in a legacy shape and shown converted (spec §15).
+    type_and_converted: u32,
+    /// The length of the event's file in `events/`, from the scan, so that
+    /// `stat` and `ls -l` render nothing; `SIZE_UNKNOWN` when it does not fit.
+    size: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<EventMeta>() == 32);
+
+const SIZE_UNKNOWN: u32 = u32::MAX;
+
+impl EventMeta {
+    fn new(loc: EventLoc, time: i64, type_id: u32, converted: bool, size: u64) -> EventMeta {
+        EventMeta {
+            loc,
+            time,
+            type_and_converted: type_id << 1 | u32::from(converted),
+            size: u32::try_from(size)
+                .ok()
+                .filter(|s| *s != SIZE_UNKNOWN)
+                .unwrap_or(SIZE_UNKNOWN),
+        }
+    }
+
+    fn type_id(&self) -> usize {
+        (self.type_and_converted >> 1) as usize
+    }
+
+    fn converted(&self) -> bool {
+        self.type_and_converted & 1 == 1
+    }
+
+    fn size(&self) -> Option<u64> {
+        (self.size != SIZE_UNKNOWN).then_some(u64::from(self.size))
+    }
 }
 
 /// `transcript.md` of a view about to be dropped: its bytes can go to the
@@ -463,8 +500,8 @@ impl SessionView {
     }
 
     /// The bytes of one generated file as of now; `NotFound`-like refusals are
-    /// `None`. Both a file's size (`stat`) and its content (`read`) come from
-    /// here, so they cannot disagree.
+    /// `None`. A file's size (`stat`) comes from here too, except an event
+    /// file's, which the scan measured (`file_size`).
     pub fn file(
         &mut self,
         backend: &dyn Backend,
@@ -513,6 +550,23 @@ impl SessionView {
         }
     }
 
+    /// The size of one generated file as of now: `file(which)`'s length. A
+    /// stored event's is kept from the scan, so it is neither fetched nor
+    /// rendered (`ls -l events/` of a huge session renders nothing).
+    pub fn file_size(
+        &mut self,
+        backend: &dyn Backend,
+        which: FileId,
+    ) -> Option<Result<u64, Refusal>> {
+        if let (State::Indexed(indexed), FileId::Event(seq)) = (&self.state, which)
+            && let Some(size) = indexed.events.get(seq as usize).and_then(EventMeta::size)
+        {
+            return Some(Ok(size));
+        }
+        self.file(backend, which)
+            .map(|content| content.map(|c| c.bytes.len() as u64))
+    }
+
     /// The `error` file of an unreadable session: what is wrong and what to do.
     pub fn error_text(&self) -> Option<Vec<u8>> {
         let State::Unreadable(u) = &self.state else {
@@ -536,7 +590,8 @@ impl SessionView {
     }
 }
 
-/// The index of `event_type` among a session's types, added when new.
+/// The index of `event_type` among a session's types, added when new. A
+/// session has a few dozen types: ids keep a bit free in `EventMeta`.
 fn type_index(types: &mut Vec<String>, parts: &mut Vec<String>, event_type: &str) -> u32 {
     let id = match types.iter().position(|t| t == event_type) {
         Some(id) => id,
@@ -614,27 +669,29 @@ impl Indexed {
                         .get("type")
                         .and_then(Value::as_str)
                         .unwrap_or_default();
-                    EventMeta {
+                    // The fold left a legacy event converted, as its file shows it.
+                    EventMeta::new(
                         loc,
-                        time: event.get("time").and_then(safe_integer).unwrap_or_default(),
-                        type_id: type_index(types, type_parts, event_type),
-                        converted: folded.converted,
-                    }
+                        event.get("time").and_then(safe_integer).unwrap_or_default(),
+                        type_index(types, type_parts, event_type),
+                        folded.converted,
+                        pretty_line_len(event),
+                    )
                 }
                 // Chunks show in no view but events/.
-                Scanned::Chunk { time, .. } => EventMeta {
+                Scanned::Chunk { time, size, .. } => EventMeta::new(
                     loc,
-                    time: *time,
-                    type_id: *chunk_type
-                        .get_or_insert_with(|| type_index(types, type_parts, CHUNK_TYPE)),
-                    converted: false,
-                },
+                    *time,
+                    *chunk_type.get_or_insert_with(|| type_index(types, type_parts, CHUNK_TYPE)),
+                    false,
+                    *size,
+                ),
             };
             events.push(meta);
             if let Some(progress) = progress
                 && events.len() - published >= progress::PUBLISH_EVERY
             {
-                let batch = events[published..].iter().map(|m| m.type_id);
+                let batch = events[published..].iter().map(|m| m.type_id() as u32);
                 progress.publish(batch, type_parts, meta.time);
                 published = events.len();
             }
@@ -705,7 +762,7 @@ impl Indexed {
     pub fn event_type(&self, i: u64) -> Option<&str> {
         let stored = self.events.len() as u64;
         if i < stored {
-            return Some(&self.types[self.events[i as usize].type_id as usize]);
+            return Some(&self.types[self.events[i as usize].type_id()]);
         }
         self.closers
             .get((i - stored) as usize)
@@ -715,7 +772,9 @@ impl Indexed {
 
     /// True when stored event `i` was in a legacy shape and is shown converted.
     pub fn is_converted(&self, i: u64) -> bool {
-        self.events.get(i as usize).is_some_and(|m| m.converted)
+        self.events
+            .get(i as usize)
+            .is_some_and(EventMeta::converted)
     }
 
     pub fn is_synthetic(&self, i: u64) -> bool {
@@ -727,7 +786,7 @@ impl Indexed {
         match self.events.get(i as usize) {
             Some(meta) => Some(event_file::name_with(
                 i,
-                &self.type_parts[meta.type_id as usize],
+                &self.type_parts[meta.type_id()],
                 false,
             )),
             None => self
@@ -760,7 +819,7 @@ impl Indexed {
     ) -> Result<JsonMap, Refusal> {
         if let Some(meta) = self.events.get(i as usize) {
             let stored = backend.fetch(key, meta.loc)?;
-            return if meta.converted {
+            return if meta.converted() {
                 self.fold.read_back(stored)
             } else {
                 Ok(stored)

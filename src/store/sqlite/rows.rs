@@ -305,11 +305,7 @@ impl PhysicalRow {
             // Schema 14 selects NULL for the column it lacks; its data is TEXT only.
             (Cell::Null, CHUNK_TYPE) if matches!(self.data, Cell::Text(_)) => {
                 let data = data_text(&self.data, MAX_SCALAR_DATA_BYTES).ok()?;
-                quick::lone_chunk_data(data.as_bytes()).map(|step| ChunkRun {
-                    seq0: self.seq,
-                    times: vec![time],
-                    step,
-                })
+                quick::lone_chunk_row(self.seq, time, data.as_bytes())
             }
             (Cell::Integer(0), tag) => {
                 let data = data_text(&self.data, MAX_PACKED_DATA_BYTES).ok()?;
