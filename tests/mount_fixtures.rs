@@ -122,11 +122,7 @@ fn check_crash_store(store: &str) {
         let dir = session_dir(mount.path(), id);
         let inspect = &case["inspect"];
         if let Some(count) = inspect["eventCount"].as_u64() {
-            let mut names: Vec<String> = std::fs::read_dir(dir.join("events"))
-                .expect("events")
-                .map(|e| e.expect("e").file_name().into_string().expect("utf8"))
-                .collect();
-            names.sort();
+            let names = common::event_names(&dir);
             assert_eq!(names.len() as u64, count, "{store}/{id}: events shown");
             let synthetic = inspect["syntheticEvents"].as_array().expect("synthetic");
             let first = names.len() - synthetic.len();

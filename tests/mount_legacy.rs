@@ -7,8 +7,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::views::{check_views, event_names, text};
-use common::{Mount, StoreCopy, TempDir, copy_tree, read_json, session_dir, snapshot};
+use common::views::{check_views, text};
+use common::{Mount, StoreCopy, TempDir, copy_tree, event_names, read_json, session_dir, snapshot};
 use serde_json::Value;
 use sessionfs::json::JsonMap;
 use sessionfs::model::quick::Scanned;

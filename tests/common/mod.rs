@@ -219,6 +219,29 @@ pub fn session_dir(mount: &Path, id: &str) -> PathBuf {
     mount.join(name)
 }
 
+/// The names in a directory, sorted.
+pub fn sorted_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf8"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The names in a session directory's events/, sorted, so in seq order.
+pub fn event_names(dir: &Path) -> Vec<String> {
+    sorted_names(&dir.join("events"))
+}
+
+/// The events a session directory shows, in seq order.
+pub fn events(dir: &Path) -> Vec<serde_json::Value> {
+    event_names(dir)
+        .iter()
+        .map(|name| read_json(&dir.join("events").join(name)))
+        .collect()
+}
+
 /// splitmix64: a small deterministic generator, so failures reproduce by seed.
 pub struct Rng(pub u64);
 

@@ -7,21 +7,11 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::read_json;
+use super::{event_names, read_json};
 
 /// A JSON value as text, so comparisons see key order too.
 pub fn text(value: &Value) -> String {
     serde_json::to_string(value).expect("JSON")
-}
-
-/// The names in a session's events/, sorted.
-pub fn event_names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir.join("events"))
-        .expect("events/")
-        .map(|e| e.expect("entry").file_name().into_string().expect("utf8"))
-        .collect();
-    names.sort();
-    names
 }
 
 /// Checks the mounted session `dir` against `exp`, the Harness's views of it
@@ -69,13 +59,7 @@ fn check_header(dir: &Path, exp: &Value, fail: &mut impl FnMut(String)) {
 fn check_events(dir: &Path, exp: &Value, fail: &mut impl FnMut(String)) {
     let names = event_names(dir);
     let events = exp["events"].as_array().expect("events");
-    if names.len() != events.len() {
-        fail(format!(
-            "events/ has {} files, expected {}",
-            names.len(),
-            events.len()
-        ));
-    }
+    check_count("events/", "files", names.len(), events.len(), fail);
     for (name, want) in names.iter().zip(events) {
         let path = dir.join("events").join(name);
         let bytes = std::fs::read(&path).expect("event file");
@@ -141,6 +125,12 @@ fn check_transcript(dir: &Path, exp: &Value, fail: &mut impl FnMut(String)) {
     }
 }
 
+fn check_count(view: &str, items: &str, got: usize, want: usize, fail: &mut impl FnMut(String)) {
+    if got != want {
+        fail(format!("{view} has {got} {items}, expected {want}"));
+    }
+}
+
 fn texts(value: &Value, out: &mut Vec<String>) {
     match value {
         Value::Object(map) => {
@@ -169,13 +159,7 @@ fn check_index(dir: &Path, exp: &Value, converted: &[u64], fail: &mut impl FnMut
         .map(|l| serde_json::from_str(l).expect("index line"))
         .collect();
     let records = exp["query"]["records"].as_array().expect("records");
-    if rows.len() != records.len() {
-        fail(format!(
-            "index.jsonl has {} rows, expected {}",
-            rows.len(),
-            records.len()
-        ));
-    }
+    check_count("index.jsonl", "rows", rows.len(), records.len(), fail);
     for (row, want) in rows.iter().zip(records) {
         if row["seq"] != want["seq"]
             || row["type"] != want["type"]
