@@ -322,54 +322,83 @@ impl UserSetup {
     }
 }
 
-#[test]
-fn a_user_mounts_forks_flushes_and_unmounts_through_fusermount3() {
-    if let Some(why) = namespace::unavailable(&["fusermount3"]) {
+/// A setup for `nobody` with a /dev/fuse node, owned by nobody or by root; `None`,
+/// having said why, where this machine cannot make one or lacks `tools`.
+fn nobody_setup(
+    label: &str,
+    tools: &[&str],
+    nobody_owns_device: bool,
+) -> Option<(UserSetup, PathBuf)> {
+    if let Some(why) = namespace::unavailable(tools) {
         println!("skipped: {why}");
-        return;
+        return None;
     }
     let Some((uid, gid)) = namespace::nobody() else {
         println!("skipped: there is no user `nobody` to mount as");
-        return;
+        return None;
     };
-    let setup = UserSetup::new("nonroot", uid, gid);
-    let node = match setup.device(uid, 0o600) {
-        Ok(node) => node,
+    let setup = UserSetup::new(label, uid, gid);
+    match setup.device(if nobody_owns_device { uid } else { 0 }, 0o600) {
+        Ok(node) => Some((setup, node)),
         Err(why) => {
             println!("skipped: {why}");
-            return;
+            None
         }
-    };
-    let (mnt, store, bin) = (
-        quote(&setup.mountpoint()),
-        quote(&setup.store()),
-        quote(&setup.path("sessionfs")),
-    );
+    }
+}
+
+/// How `nobody` mounts the demo store in `user_mounts_and_unmounts`.
+struct UserMount {
+    /// Root's bind mounts in the namespace, beside /dev/fuse.
+    binds: String,
+    mount: String,
+    /// The user's steps while mounted, after `ls` of the mount point.
+    while_mounted: String,
+    unmount: String,
+}
+
+/// `nobody` mounts the demo store by `steps` in a private mount namespace whose
+/// /dev/fuse is a node nobody owns: the mount must be nobody's, list the
+/// sessions, and be gone after the unmount. Returns what the steps printed, or
+/// `None`, having said why, where this machine cannot do it.
+fn user_mounts_and_unmounts(
+    label: &str,
+    tools: &[&str],
+    steps: impl FnOnce(&UserSetup) -> UserMount,
+) -> Option<String> {
+    let (setup, node) = nobody_setup(label, tools, true)?;
+    let UserMount {
+        binds,
+        mount,
+        while_mounted,
+        unmount,
+    } = steps(&setup);
+    let mnt = quote(&setup.mountpoint());
     let user_steps = format!(
         "if ! : <> /dev/fuse; then echo cannot-open-dev-fuse; exit 0; fi
-         {bin} {store} {mnt}
+         {mount}
          grep ' {mnt_raw} ' /proc/self/mountinfo
          ls {mnt}
-         echo '321 user-child' > {mnt}/ledger-chat/fork
-         echo > {mnt}/flush
-         ls {store}/--Users-mei-code-ledger-api--
-         fusermount3 -u {mnt}
+         {while_mounted}
+         {unmount}
          grep -q ' {mnt_raw} ' /proc/self/mountinfo || echo unmounted",
         mnt_raw = setup.mountpoint().display(),
     );
     let output = namespace::run(&format!(
         "trap 'umount -l {mnt} 2>/dev/null || true' EXIT
          mount --bind {node} /dev/fuse
+         {binds}
          {steps}",
         node = quote(&node),
         steps = setup.as_user(&user_steps),
     ));
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     if stdout.contains("cannot-open-dev-fuse") {
         println!(
-            "skipped: uid {uid} cannot open a FUSE device node it owns here (a device cgroup?)"
+            "skipped: uid {} cannot open a FUSE device node it owns here (a device cgroup?)",
+            setup.uid
         );
-        return;
+        return None;
     }
     assert!(output.status.success(), "{}", describe(&output));
     let mount_line = stdout
@@ -377,34 +406,41 @@ fn a_user_mounts_forks_flushes_and_unmounts_through_fusermount3() {
         .find(|l| l.contains(" - fuse.sessionfs "))
         .unwrap_or_else(|| panic!("no fuse.sessionfs mount: {}", describe(&output)));
     assert!(
-        mount_line.contains(&format!("user_id={uid}")),
+        mount_line.contains(&format!("user_id={}", setup.uid)),
         "{mount_line}"
     );
     assert!(stdout.lines().any(|l| l == "ledger-chat"), "{stdout}");
+    assert!(stdout.contains("unmounted"), "{stdout}");
+    Some(stdout)
+}
+
+#[test]
+fn a_user_mounts_forks_flushes_and_unmounts_through_fusermount3() {
+    let Some(stdout) = user_mounts_and_unmounts("nonroot", &["fusermount3"], |setup| {
+        let (mnt, store) = (quote(&setup.mountpoint()), quote(&setup.store()));
+        UserMount {
+            binds: String::new(),
+            mount: format!("{} {store} {mnt}", quote(&setup.path("sessionfs"))),
+            while_mounted: format!(
+                "echo '321 user-child' > {mnt}/ledger-chat/fork
+                 echo > {mnt}/flush
+                 ls {store}/--Users-mei-code-ledger-api--"
+            ),
+            unmount: format!("fusermount3 -u {mnt}"),
+        }
+    }) else {
+        return;
+    };
     assert!(
         stdout.lines().any(|l| l == "user-child"),
         "the flushed fork: {stdout}"
     );
-    assert!(stdout.contains("unmounted"), "{stdout}");
 }
 
 #[test]
 fn a_device_the_user_cannot_open_is_named_with_its_mode_and_the_user() {
-    if let Some(why) = namespace::unavailable(&[]) {
-        println!("skipped: {why}");
+    let Some((setup, node)) = nobody_setup("nodevice", &[], false) else {
         return;
-    }
-    let Some((uid, gid)) = namespace::nobody() else {
-        println!("skipped: there is no user `nobody`");
-        return;
-    };
-    let setup = UserSetup::new("nodevice", uid, gid);
-    let node = match setup.device(0, 0o600) {
-        Ok(node) => node,
-        Err(why) => {
-            println!("skipped: {why}");
-            return;
-        }
     };
     let output = namespace::run(&format!(
         "mount --bind {node} /dev/fuse
@@ -422,7 +458,7 @@ fn a_device_the_user_cannot_open_is_named_with_its_mode_and_the_user() {
     for expected in [
         "cannot open /dev/fuse",
         "crw------- root:root",
-        &format!("you are nobody (uid {uid}, gid {gid})"),
+        &format!("you are nobody (uid {}, gid {})", setup.uid, setup.gid),
         "chmod 0666 /dev/fuse",
     ] {
         assert!(stderr.contains(expected), "{expected:?} in {stderr}");
@@ -432,65 +468,24 @@ fn a_device_the_user_cannot_open_is_named_with_its_mode_and_the_user() {
 
 #[test]
 fn a_user_mounts_and_unmounts_the_documented_fstab_line() {
-    if let Some(why) = namespace::unavailable(&["mount.fuse3", "fusermount3"]) {
-        println!("skipped: {why}");
-        return;
-    }
-    let Some((uid, gid)) = namespace::nobody() else {
-        println!("skipped: there is no user `nobody` to mount as");
-        return;
-    };
     let readme = std::fs::read_to_string(manifest_dir().join("README.md")).expect("README");
     let line = fstab_line(&readme, "README.md");
-    let setup = UserSetup::new("user-fstab", uid, gid);
-    let node = match setup.device(uid, 0o600) {
-        Ok(node) => node,
-        Err(why) => {
-            println!("skipped: {why}");
-            return;
+    user_mounts_and_unmounts("user-fstab", &["mount.fuse3", "fusermount3"], |setup| {
+        let fstab = setup.path("fstab");
+        let entry = line.replace("/home/USER", &setup.home().display().to_string());
+        std::fs::write(&fstab, format!("{entry}\n")).expect("fstab");
+        let mnt = quote(&setup.mountpoint());
+        UserMount {
+            // This namespace's /etc/fstab is the test's; `mount` (set-user-ID root) reads it.
+            binds: format!(
+                "mount --bind {} /usr/local/bin
+                 mount --bind {} /etc/fstab",
+                quote(binary().parent().expect("bin dir")),
+                quote(&fstab)
+            ),
+            mount: format!("mount {mnt}"),
+            while_mounted: String::new(),
+            unmount: format!("umount {mnt}"),
         }
-    };
-    let fstab = setup.path("fstab");
-    let entry = line.replace("/home/USER", &setup.home().display().to_string());
-    std::fs::write(&fstab, format!("{entry}\n")).expect("fstab");
-    let mnt = quote(&setup.mountpoint());
-    let user_steps = format!(
-        "if ! : <> /dev/fuse; then echo cannot-open-dev-fuse; exit 0; fi
-         mount {mnt}
-         grep ' {mnt_raw} ' /proc/self/mountinfo
-         ls {mnt}
-         umount {mnt}
-         grep -q ' {mnt_raw} ' /proc/self/mountinfo || echo unmounted",
-        mnt_raw = setup.mountpoint().display(),
-    );
-    // This namespace's /etc/fstab is the test's; `mount` (set-user-ID root) reads it.
-    let output = namespace::run(&format!(
-        "trap 'umount -l {mnt} 2>/dev/null || true' EXIT
-         mount --bind {node} /dev/fuse
-         mount --bind {bin} /usr/local/bin
-         mount --bind {fstab} /etc/fstab
-         {steps}",
-        node = quote(&node),
-        bin = quote(binary().parent().expect("bin dir")),
-        fstab = quote(&fstab),
-        steps = setup.as_user(&user_steps),
-    ));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if stdout.contains("cannot-open-dev-fuse") {
-        println!(
-            "skipped: uid {uid} cannot open a FUSE device node it owns here (a device cgroup?)"
-        );
-        return;
-    }
-    assert!(output.status.success(), "{}", describe(&output));
-    let mount_line = stdout
-        .lines()
-        .find(|l| l.contains(" - fuse.sessionfs "))
-        .unwrap_or_else(|| panic!("no fuse.sessionfs mount: {}", describe(&output)));
-    assert!(
-        mount_line.contains(&format!("user_id={uid}")),
-        "{mount_line}"
-    );
-    assert!(stdout.lines().any(|l| l == "ledger-chat"), "{stdout}");
-    assert!(stdout.contains("unmounted"), "{stdout}");
+    });
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Mount, read_json, session_dir, snapshot, store_copy};
+use common::{Mount, events, read_json, session_dir, snapshot, sorted_names, store_copy};
 use serde_json::Value;
 
 fn sh(command: &str) -> (bool, String) {
@@ -23,25 +23,8 @@ fn sh(command: &str) -> (bool, String) {
     )
 }
 
-fn events(dir: &Path) -> Vec<Value> {
-    let mut names: Vec<String> = std::fs::read_dir(dir.join("events"))
-        .expect("events")
-        .map(|e| e.expect("e").file_name().into_string().expect("u"))
-        .collect();
-    names.sort();
-    names
-        .iter()
-        .map(|n| read_json(&dir.join("events").join(n)))
-        .collect()
-}
-
 fn children(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir.join("children"))
-        .expect("children")
-        .map(|e| e.expect("e").file_name().into_string().expect("u"))
-        .collect();
-    names.sort();
-    names
+    sorted_names(&dir.join("children"))
 }
 
 /// The Harness's fork rules, checked on a child read back from the store.

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Mount, TempDir, read_json, session_dir, snapshot, store_copy};
+use common::{Mount, TempDir, event_names, events, read_json, session_dir, snapshot, store_copy};
 use serde_json::Value;
 
 struct Rng(u64);
@@ -50,22 +50,6 @@ fn digest(bytes: &[u8]) -> u64 {
     let mut h = std::hash::DefaultHasher::new();
     bytes.hash(&mut h);
     h.finish()
-}
-
-fn event_names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir.join("events"))
-        .expect("events")
-        .map(|e| e.expect("e").file_name().into_string().expect("u"))
-        .collect();
-    names.sort();
-    names
-}
-
-fn events(dir: &Path) -> Vec<Value> {
-    event_names(dir)
-        .iter()
-        .map(|n| read_json(&dir.join("events").join(n)))
-        .collect()
 }
 
 /// What a session looks like through a mount, as hashes of its views.

@@ -8,6 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use common::views::check_views;
 use common::{Mount, expected, read_json, session_dir, snapshot, store_copy};
 use serde_json::Value;
 
@@ -22,183 +23,10 @@ fn clean_sessions() -> Vec<(String, Value)> {
         .collect()
 }
 
-fn texts(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::Object(map) => {
-            for (key, v) in map {
-                match (key.as_str(), v) {
-                    ("text" | "arguments", Value::String(s)) => out.push(s.clone()),
-                    _ => texts(v, out),
-                }
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|v| texts(v, out)),
-        _ => {}
-    }
-}
-
-fn alnum(text: &str) -> String {
-    text.chars().filter(char::is_ascii_alphanumeric).collect()
-}
-
-/// Checks one mounted session against the Harness's views; returns the failures.
-fn check_session(dir: &Path, exp: &Value, sqlite: bool) -> Vec<String> {
-    let id = exp["sessionId"].as_str().unwrap_or_default();
-    let mut failures = Vec::new();
-    let mut fail = |m: String| failures.push(format!("{id}: {m}"));
-
-    // header.json: the session header and the folded request header.
-    let header = read_json(&dir.join("header.json"));
-    for (key, want) in exp["header"].as_object().expect("header") {
-        if header.get(key) != Some(want) {
-            fail(format!(
-                "header.json {key} = {:?}, expected {want}",
-                header.get(key)
-            ));
-        }
-    }
-    if !sqlite && header["delegationDepth"] != exp["header"]["delegationDepth"] {
-        fail("delegationDepth differs".into());
-    }
-    if header["request"] != exp["requestHeader"] {
-        fail("header.json request differs from the folded request header".into());
-    }
-    if header["requestContext"] != exp["requestContext"] || header["title"] != exp["title"] {
-        fail("header.json requestContext or title differs".into());
-    }
-
-    // events/: one file per logical event, value and key order, stat size = bytes.
-    let mut names: Vec<String> = std::fs::read_dir(dir.join("events"))
-        .expect("events/")
-        .map(|e| e.expect("entry").file_name().into_string().expect("utf8"))
-        .collect();
-    names.sort();
-    let events = exp["events"].as_array().expect("events");
-    if names.len() != events.len() {
-        fail(format!(
-            "events/ has {} files, expected {}",
-            names.len(),
-            events.len()
-        ));
-    }
-    for (name, want) in names.iter().zip(events) {
-        let path = dir.join("events").join(name);
-        let bytes = std::fs::read(&path).expect("event file");
-        if std::fs::metadata(&path).expect("stat").len() != bytes.len() as u64 {
-            fail(format!(
-                "events/{name}: stat size differs from the bytes read"
-            ));
-        }
-        let got: Value = serde_json::from_slice(&bytes).expect("event JSON");
-        if &got != want || serde_json::to_string(&got).ok() != serde_json::to_string(want).ok() {
-            fail(format!(
-                "events/{name} differs from the logged event (value or key order)"
-            ));
-        }
-        let seq = want["seq"].as_u64().expect("seq");
-        let type_part = want["type"].as_str().expect("type").replace('/', ".");
-        if *name != format!("{seq:08}-{type_part}.json") {
-            fail(format!("events/{name} is not named by seq and type"));
-        }
-    }
-
-    // surface.jsonl: the derived messages, one per line.
-    let surface = std::fs::read_to_string(dir.join("surface.jsonl")).expect("surface.jsonl");
-    let messages: Vec<Value> = surface
-        .split('\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_str(l).expect("line"))
-        .collect();
-    if messages != *exp["messages"].as_array().expect("messages") {
-        fail(format!(
-            "surface.jsonl has {} messages, differing from the Harness's {}",
-            messages.len(),
-            exp["messageCount"]
-        ));
-    }
-    for (line, want) in surface
-        .split('\n')
-        .filter(|l| !l.is_empty())
-        .zip(exp["messages"].as_array().expect("messages"))
-    {
-        let got: Value = serde_json::from_str(line).expect("line");
-        if serde_json::to_string(&got).ok() != serde_json::to_string(want).ok() {
-            fail("a surface.jsonl message has another key order than the log".into());
-        }
-    }
-
-    // transcript.md: every append-origin message's text, in order.
-    let transcript =
-        alnum(&std::fs::read_to_string(dir.join("transcript.md")).expect("transcript.md"));
-    let mut at = 0;
-    for entry in exp["transcript"].as_array().expect("transcript") {
-        let mut found = Vec::new();
-        texts(&entry["message"], &mut found);
-        for text in found {
-            // transcript.md drops ANSI escape sequences (issue #18).
-            let text = sessionfs::render::markdown::strip_ansi(&text);
-            let snippet: String = alnum(&text).chars().take(40).collect();
-            if snippet.len() < 8 {
-                continue;
-            }
-            match transcript[at..].find(&snippet) {
-                Some(offset) => at += offset,
-                None => fail(format!(
-                    "transcript.md lacks, in order, the text of seq {}",
-                    entry["seq"]
-                )),
-            }
-        }
-    }
-
-    // index.jsonl: one row per event with the session-query classification.
-    let index = std::fs::read_to_string(dir.join("index.jsonl")).expect("index.jsonl");
-    let rows: Vec<Value> = index
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("index line"))
-        .collect();
-    let records = exp["query"]["records"].as_array().expect("records");
-    if rows.len() != records.len() {
-        fail(format!(
-            "index.jsonl has {} rows, expected {}",
-            rows.len(),
-            records.len()
-        ));
-    }
-    for (row, want) in rows.iter().zip(records) {
-        if row["seq"] != want["seq"]
-            || row["type"] != want["type"]
-            || row["standing"] != want["surface"]
-        {
-            fail(format!(
-                "index.jsonl row {} is {row}, the Harness classifies {want}",
-                want["seq"]
-            ));
-            break;
-        }
-    }
-    // Replacements cite their sources, so a summary leads back to the originals.
-    for replacement in exp["surface"]["replacements"]
-        .as_array()
-        .expect("replacements")
-    {
-        let seq = replacement["seq"].as_u64().expect("seq") as usize;
-        let cited = &rows[seq]["cites"];
-        let logged = &events[seq]["sourceEventSeqs"];
-        if cited != logged {
-            fail(format!(
-                "index.jsonl row {seq} cites {cited}, the log says {logged}"
-            ));
-        }
-    }
-    failures
-}
-
 fn check_store(store: &str, skip: &[&str]) {
     let copy = store_copy(store);
     let before = snapshot(copy.dir.path());
     let mount = Mount::new(&copy.path, &["-o", "grace=0"]);
-    let sqlite = store.starts_with("sqlite");
     let mut failures = Vec::new();
     let sessions = clean_sessions();
     let mut listed: Vec<String> = std::fs::read_dir(mount.path())
@@ -220,7 +48,7 @@ fn check_store(store: &str, skip: &[&str]) {
         if skip.contains(&id.as_str()) {
             continue;
         }
-        failures.extend(check_session(&session_dir(mount.path(), id), exp, sqlite));
+        failures.extend(check_views(&session_dir(mount.path(), id), exp, &[]));
     }
     drop(mount);
     assert!(failures.is_empty(), "{store}:\n{}", failures.join("\n"));
@@ -294,11 +122,7 @@ fn check_crash_store(store: &str) {
         let dir = session_dir(mount.path(), id);
         let inspect = &case["inspect"];
         if let Some(count) = inspect["eventCount"].as_u64() {
-            let mut names: Vec<String> = std::fs::read_dir(dir.join("events"))
-                .expect("events")
-                .map(|e| e.expect("e").file_name().into_string().expect("utf8"))
-                .collect();
-            names.sort();
+            let names = common::event_names(&dir);
             assert_eq!(names.len() as u64, count, "{store}/{id}: events shown");
             let synthetic = inspect["syntheticEvents"].as_array().expect("synthetic");
             let first = names.len() - synthetic.len();

@@ -7,7 +7,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{Mount, StoreCopy, TempDir, copy_tree, read_json, session_dir, snapshot};
+use common::views::{check_views, text};
+use common::{Mount, StoreCopy, TempDir, copy_tree, event_names, read_json, session_dir, snapshot};
 use serde_json::Value;
 use sessionfs::json::JsonMap;
 use sessionfs::model::quick::Scanned;
@@ -38,185 +39,6 @@ fn readable() -> Vec<(Value, Value)> {
         .collect()
 }
 
-fn text(value: &Value) -> String {
-    serde_json::to_string(value).expect("JSON")
-}
-
-fn alnum(text: &str) -> String {
-    text.chars().filter(char::is_ascii_alphanumeric).collect()
-}
-
-fn texts(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::Object(map) => {
-            for (key, v) in map {
-                match (key.as_str(), v) {
-                    ("text" | "arguments", Value::String(s)) => out.push(s.clone()),
-                    _ => texts(v, out),
-                }
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|v| texts(v, out)),
-        _ => {}
-    }
-}
-
-fn event_names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir.join("events"))
-        .expect("events/")
-        .map(|e| e.expect("entry").file_name().into_string().expect("utf8"))
-        .collect();
-    names.sort();
-    names
-}
-
-/// Checks one mounted legacy session against the Harness's views of it;
-/// returns the failures.
-fn check_session(dir: &Path, session: &Value, exp: &Value, sqlite: bool) -> Vec<String> {
-    let id = session["id"].as_str().expect("id");
-    let mut failures = Vec::new();
-    let mut fail = |m: String| failures.push(format!("{id}: {m}"));
-
-    // header.json: the stored header and what the converted log folds to.
-    let header = read_json(&dir.join("header.json"));
-    for (key, want) in exp["header"].as_object().expect("header") {
-        if (key != "delegationDepth" || !sqlite) && header.get(key) != Some(want) {
-            fail(format!(
-                "header.json {key} = {:?}, expected {want}",
-                header.get(key)
-            ));
-        }
-    }
-    for (key, want) in [
-        ("request", &exp["requestHeader"]),
-        ("requestContext", &exp["requestContext"]),
-        ("title", &exp["title"]),
-    ] {
-        if text(&header[key]) != text(want) {
-            fail(format!("header.json {key} differs from the Harness's fold"));
-        }
-    }
-
-    // events/: the converted events, by value and key order, named by their converted type.
-    let names = event_names(dir);
-    let events = exp["events"].as_array().expect("events");
-    if names.len() != events.len() {
-        fail(format!(
-            "events/ has {} files, expected {}",
-            names.len(),
-            events.len()
-        ));
-    }
-    for (name, want) in names.iter().zip(events) {
-        let got = read_json(&dir.join("events").join(name));
-        if text(&got) != text(want) {
-            fail(format!(
-                "events/{name} differs from the converted event (value or key order)"
-            ));
-        }
-        let type_part = want["type"].as_str().expect("type").replace('/', ".");
-        if *name != format!("{:08}-{type_part}.json", want["seq"].as_u64().expect("seq")) {
-            fail(format!(
-                "events/{name} is not named by seq and converted type"
-            ));
-        }
-    }
-
-    // surface.jsonl: the derived messages, with their converted key order.
-    let surface = std::fs::read_to_string(dir.join("surface.jsonl")).expect("surface.jsonl");
-    let lines: Vec<&str> = surface.lines().collect();
-    let messages = exp["messages"].as_array().expect("messages");
-    let wanted: Vec<String> = messages.iter().map(text).collect();
-    let got: Vec<String> = lines
-        .iter()
-        .map(|l| text(&serde_json::from_str(l).expect("surface line")))
-        .collect();
-    if got != wanted {
-        fail(format!(
-            "surface.jsonl ({} lines) differs from the Harness's {} messages",
-            got.len(),
-            messages.len()
-        ));
-    }
-
-    // transcript.md: every append-origin message's text, in order.
-    let transcript =
-        alnum(&std::fs::read_to_string(dir.join("transcript.md")).expect("transcript.md"));
-    let mut at = 0;
-    for entry in exp["transcript"].as_array().expect("transcript") {
-        let mut found = Vec::new();
-        texts(&entry["message"], &mut found);
-        for snippet in found
-            .iter()
-            .map(|t| alnum(t).chars().take(40).collect::<String>())
-        {
-            if snippet.len() < 8 {
-                continue;
-            }
-            match transcript[at..].find(&snippet) {
-                Some(offset) => at += offset,
-                None => fail(format!(
-                    "transcript.md lacks, in order, the text of seq {}",
-                    entry["seq"]
-                )),
-            }
-        }
-    }
-
-    // index.jsonl: the Harness's classification, the cited seqs, and exactly the
-    // converted seqs marked.
-    let index = std::fs::read_to_string(dir.join("index.jsonl")).expect("index.jsonl");
-    let rows: Vec<Value> = index
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("index line"))
-        .collect();
-    let records = exp["query"]["records"].as_array().expect("records");
-    if rows.len() != records.len() {
-        fail(format!(
-            "index.jsonl has {} rows, expected {}",
-            rows.len(),
-            records.len()
-        ));
-    }
-    for (row, want) in rows.iter().zip(records) {
-        if row["seq"] != want["seq"]
-            || row["type"] != want["type"]
-            || row["standing"] != want["surface"]
-        {
-            fail(format!(
-                "index.jsonl row {row}, the Harness classifies {want}"
-            ));
-        }
-    }
-    for seq in exp["replacementSeqs"].as_array().expect("replacements") {
-        let seq = seq.as_u64().expect("seq") as usize;
-        if rows.get(seq).and_then(|r| r.get("cites")) != events[seq].get("sourceEventSeqs") {
-            fail(format!(
-                "index.jsonl row {seq} cites other seqs than the replacement"
-            ));
-        }
-    }
-    let marked: Vec<u64> = rows
-        .iter()
-        .filter(|r| r.get("converted") == Some(&Value::Bool(true)))
-        .map(|r| r["seq"].as_u64().expect("seq"))
-        .collect();
-    let converted: Vec<u64> = session["conversions"]
-        .as_array()
-        .expect("conversions")
-        .iter()
-        .map(|c| c["seq"].as_u64().expect("seq"))
-        .collect();
-    if marked != converted {
-        fail(format!(
-            "index.jsonl marks {} seqs converted, the Harness converted {}",
-            marked.len(),
-            converted.len()
-        ));
-    }
-    failures
-}
-
 /// Each refused session shows its header and the Harness's reason, and no view.
 fn check_refused(mount: &Path) {
     let refused = expected("refused.json");
@@ -244,19 +66,20 @@ fn check_refused(mount: &Path) {
     }
 }
 
-fn check_store(store: &Path, sqlite: bool) {
+fn check_store(store: &Path) {
     let mount = Mount::new(store, &["-o", "grace=0"]);
     let mut failures = Vec::new();
     let sessions = readable();
     assert_eq!(sessions.len(), 7);
     for (session, exp) in &sessions {
         let id = session["id"].as_str().expect("id");
-        failures.extend(check_session(
-            &session_dir(mount.path(), id),
-            session,
-            exp,
-            sqlite,
-        ));
+        let converted: Vec<u64> = session["conversions"]
+            .as_array()
+            .expect("conversions")
+            .iter()
+            .map(|c| c["seq"].as_u64().expect("seq"))
+            .collect();
+        failures.extend(check_views(&session_dir(mount.path(), id), exp, &converted));
     }
     check_refused(mount.path());
     drop(mount);
@@ -266,7 +89,7 @@ fn check_store(store: &Path, sqlite: bool) {
 fn check_jsonl_store(encoding: &str) {
     let copy = legacy_store(encoding);
     let before = snapshot(copy.dir.path());
-    check_store(&copy.path, false);
+    check_store(&copy.path);
     assert_eq!(
         before,
         snapshot(copy.dir.path()),
@@ -325,7 +148,7 @@ fn legacy_logs_in_sqlite_read_as_the_harness_reads_them() {
         sqlite.create(header, events).expect("stored as is");
     }
     drop(sqlite);
-    check_store(&db.path, true);
+    check_store(&db.path);
 }
 
 /// A fork of a legacy session writes the converted events, as the Harness's fork

@@ -10,6 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod views;
+
 pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
@@ -215,6 +217,29 @@ pub fn read_json(path: &Path) -> serde_json::Value {
 pub fn session_dir(mount: &Path, id: &str) -> PathBuf {
     let name = sessionfs::model::ids::encode_segment(id).expect("id");
     mount.join(name)
+}
+
+/// The names in a directory, sorted.
+pub fn sorted_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf8"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The names in a session directory's events/, sorted, so in seq order.
+pub fn event_names(dir: &Path) -> Vec<String> {
+    sorted_names(&dir.join("events"))
+}
+
+/// The events a session directory shows, in seq order.
+pub fn events(dir: &Path) -> Vec<serde_json::Value> {
+    event_names(dir)
+        .iter()
+        .map(|name| read_json(&dir.join("events").join(name)))
+        .collect()
 }
 
 /// splitmix64: a small deterministic generator, so failures reproduce by seed.

@@ -99,6 +99,17 @@ impl Cell {
         }
     }
 
+    /// A TEXT column holding JSON; NULL is absent. Inlined as the match it
+    /// replaces was: every scalar row of a scan passes here.
+    #[inline(always)]
+    fn optional_json(&self, column: &str) -> Result<Option<Value>, String> {
+        match self {
+            Cell::Null => Ok(None),
+            Cell::Text(text) => parse_json(text, column).map(Some),
+            other => Err(format!("{column} is {}", other.type_name())),
+        }
+    }
+
     fn text_or_null(value: &Option<String>) -> Cell {
         value.clone().map_or(Cell::Null, Cell::Text)
     }
@@ -295,10 +306,7 @@ impl PhysicalRow {
             return None;
         };
         let time = self.time.safe_integer()?;
-        if self.seq > MAX_SAFE_INTEGER as u64
-            || self.source_event_seqs != Cell::Null
-            || self.surface_op != Cell::Null
-        {
+        if self.seq > MAX_SAFE_INTEGER as u64 || self.has_scalar_columns() {
             return None;
         }
         match (&self.ignorable, event_type.as_str()) {
@@ -332,12 +340,8 @@ impl PhysicalRow {
             .ok_or("time is not a safe integer")?;
         let scalar =
             |source_event_seqs: Option<Value>, ignorable: bool| -> Result<Vec<JsonMap>, String> {
-                let data = parse_json(&data_text(&self.data, MAX_SCALAR_DATA_BYTES)?, "data")?;
-                let surface_op = match &self.surface_op {
-                    Cell::Null => None,
-                    Cell::Text(text) => Some(parse_json(text, "surface_op")?),
-                    other => return Err(format!("surface_op is {}", other.type_name())),
-                };
+                let data = self.data_json(MAX_SCALAR_DATA_BYTES)?;
+                let surface_op = self.surface_op.optional_json("surface_op")?;
                 Ok(vec![scalar_event(
                     event_type,
                     self.seq,
@@ -353,11 +357,8 @@ impl PhysicalRow {
                 if !matches!(self.data, Cell::Text(_)) {
                     return Err(format!("data is {}, not TEXT", self.data.type_name()));
                 }
-                let source_event_seqs = match &self.source_event_seqs {
-                    Cell::Null => None,
-                    Cell::Text(text) => Some(parse_json(text, "source_event_seqs")?),
-                    other => return Err(format!("source_event_seqs is {}", other.type_name())),
-                };
+                let source_event_seqs =
+                    self.source_event_seqs.optional_json("source_event_seqs")?;
                 scalar(source_event_seqs, false)
             }
             Schema::V17 => {
@@ -390,15 +391,26 @@ impl PhysicalRow {
     fn decode_packed(&self, tag: &str, time0: i64) -> Result<Vec<JsonMap>, String> {
         let kind = RowKind::from_tag(tag)
             .ok_or_else(|| format!("packed row type {tag:?} is not a chunk tag"))?;
-        if self.source_event_seqs != Cell::Null || self.surface_op != Cell::Null {
+        if self.has_scalar_columns() {
             return Err("packed row has source_event_seqs or surface_op".into());
         }
-        let data = parse_json(&data_text(&self.data, MAX_PACKED_DATA_BYTES)?, "data")?;
-        let Value::Object(data) = data else {
+        let Value::Object(data) = self.data_json(MAX_PACKED_DATA_BYTES)? else {
             return Err("packed row data is not an object".into());
         };
         // seq ≤ 2^53 − 1 was checked by the caller.
         chunk_rows::expand_row_data(kind, self.seq as i64, time0, &data, SQLITE_ROW_LIMITS)
+    }
+
+    /// A row with either scalar-only column set is not a packed row.
+    #[inline]
+    fn has_scalar_columns(&self) -> bool {
+        self.source_event_seqs != Cell::Null || self.surface_op != Cell::Null
+    }
+
+    /// The `data` column as JSON, refused beyond `limit` bytes.
+    #[inline]
+    fn data_json(&self, limit: usize) -> Result<Value, String> {
+        parse_json(&data_text(&self.data, limit)?, "data")
     }
 }
 
