@@ -251,20 +251,32 @@ impl SessionFs {
             }
             return;
         }
-        let mut table = self.table_mut();
         // Sessions removed from the store leave the listing; fork children not
         // yet durable are in no store listing and stay.
-        let removed: Vec<u32> = table
+        let unseen = |slot: &Slot| {
+            !slot.is_gone()
+                && slot.seen.load(Ordering::Relaxed) != generation
+                && !lock(&slot.listed).pending
+        };
+        let candidates: Vec<Arc<Slot>> = self
+            .table()
             .slots
             .iter()
-            .filter(|slot| {
-                !slot.is_gone()
-                    && slot.seen.load(Ordering::Relaxed) != generation
-                    && !lock(&slot.listed).pending
-            })
+            .filter(|slot| unseen(slot))
+            .cloned()
+            .collect();
+        // A fork child made durable while the store was listed is in neither
+        // that listing nor pending any more: asked for by id, it is found.
+        let removed: Vec<u32> = candidates
+            .iter()
+            .filter(|slot| self.store.find(&slot.id).is_empty())
             .map(|slot| slot.number)
             .collect();
+        let mut table = self.table_mut();
         for number in removed {
+            if !table.get(number).is_some_and(|slot| unseen(&slot)) {
+                continue;
+            }
             if let Some(slot) = table.get(number) {
                 log::info!("session {:?} was removed from the store", slot.id);
                 lock(&self.removed).push(slot.name.clone());
