@@ -329,6 +329,18 @@ fn time_row(figure: String, value: f64, floor: f64, max_ratio: f64, abs_max: Opt
     }
 }
 
+/// A timed row with no target of its own.
+fn info_row(figure: String, value: f64, floor: f64, target: &str) -> Row {
+    Row {
+        figure,
+        value: secs(value),
+        floor: secs(floor),
+        ratio: format!("{:.2}×", value / floor),
+        target: target.into(),
+        met: "-".into(),
+    }
+}
+
 fn print_table(rows: &[Row]) {
     let header = ["figure", "value", "floor", "ratio", "target", "met?"];
     let cells: Vec<[&str; 6]> = rows
@@ -670,30 +682,24 @@ fn issue_task(
         2.0,
         None,
     ));
-    rows.push(Row {
-        figure: format!("1 {id}:   step: cold build (stat header.json) [{e}]"),
-        value: secs(build),
-        floor: secs(floors.zstd),
-        ratio: format!("{:.2}×", build / floors.zstd),
-        target: "(information)".into(),
-        met: "-".into(),
-    });
-    rows.push(Row {
-        figure: format!("1 {id}:   step: ls events | wc -l, built [{e}]"),
-        value: secs(listed),
-        floor: secs(floors.listing),
-        ratio: format!("{:.2}×", listed / floors.listing),
-        target: "(information: floor is tmpfs)".into(),
-        met: "-".into(),
-    });
-    rows.push(Row {
-        figure: format!("1 {id}: cold ls events | wc -l, names while read [{e}]"),
-        value: secs(streamed),
-        floor: secs(build + listed),
-        ratio: format!("{:.2}×", streamed / (build + listed)),
-        target: "(information: floor is the two steps in turn)".into(),
-        met: "-".into(),
-    });
+    rows.push(info_row(
+        format!("1 {id}:   step: cold build (stat header.json) [{e}]"),
+        build,
+        floors.zstd,
+        "(information)",
+    ));
+    rows.push(info_row(
+        format!("1 {id}:   step: ls events | wc -l, built [{e}]"),
+        listed,
+        floors.listing,
+        "(information: floor is tmpfs)",
+    ));
+    rows.push(info_row(
+        format!("1 {id}: cold ls events | wc -l, names while read [{e}]"),
+        streamed,
+        build + listed,
+        "(information: floor is the two steps in turn)",
+    ));
     let reference = bench
         .options
         .harness_inspect

@@ -4,41 +4,13 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use common::{Mount, store_copy};
+use common::{Mount, store_copy, with_mapping};
 
 /// The bytes of a file as a shared read-only mapping shows them.
 fn mapped(path: &Path) -> Vec<u8> {
-    let file = File::open(path).expect("open");
-    let len = file.metadata().expect("fstat").len() as usize;
-    if len == 0 {
-        return Vec::new();
-    }
-    // SAFETY: a fresh mapping of an open descriptor, read within its length and
-    // unmapped before return.
-    unsafe {
-        let at = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        );
-        assert_ne!(
-            at,
-            libc::MAP_FAILED,
-            "mmap {}: {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        );
-        let bytes = std::slice::from_raw_parts(at as *const u8, len).to_vec();
-        libc::munmap(at, len);
-        bytes
-    }
+    with_mapping(path, <[u8]>::to_vec)
 }
 
 /// The generated files of every session under a mount (control files are

@@ -6,10 +6,9 @@
 mod common;
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use common::{Mount, store_copy, within};
+use common::{Mount, store_copy, with_mapping, within};
 
 /// Bytes the daemon has read through system calls (`rchar`): reading a
 /// session's log again shows here, a stat of the store does not.
@@ -23,31 +22,18 @@ fn bytes_read(pid: u32) -> u64 {
 
 /// How many of a file's pages the page cache holds now, asked without reading.
 fn resident_pages(path: &Path) -> (usize, usize) {
-    let file = File::open(path).expect("open");
-    let len = file.metadata().expect("fstat").len() as usize;
-    let page = 4096;
-    let pages = len.div_ceil(page);
-    if pages == 0 {
-        return (0, 0);
-    }
-    let mut vec = vec![0u8; pages];
-    // SAFETY: a fresh read-only mapping of an open descriptor; mincore only
-    // reports residency (it faults nothing in); unmapped before return.
-    unsafe {
-        let at = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        );
-        assert_ne!(at, libc::MAP_FAILED, "mmap {}", path.display());
-        let done = libc::mincore(at, len, vec.as_mut_ptr());
-        libc::munmap(at, len);
-        assert_eq!(done, 0, "mincore: {}", std::io::Error::last_os_error());
-    }
-    (vec.iter().filter(|v| **v & 1 == 1).count(), pages)
+    with_mapping(path, |mapped| {
+        let pages = mapped.len().div_ceil(4096);
+        let mut vec = vec![0u8; pages];
+        if pages > 0 {
+            // SAFETY: mincore only reports the residency of the mapping's pages
+            // (it faults nothing in) into a vector of one byte per page.
+            let done =
+                unsafe { libc::mincore(mapped.as_ptr() as *mut _, mapped.len(), vec.as_mut_ptr()) };
+            assert_eq!(done, 0, "mincore: {}", std::io::Error::last_os_error());
+        }
+        (vec.iter().filter(|v| **v & 1 == 1).count(), pages)
+    })
 }
 
 fn transcripts(mount: &Path) -> Vec<PathBuf> {

@@ -637,18 +637,8 @@ fn lone_chunk_sizes_hold_for_any_contents_in_any_spelling() {
 #[test]
 fn every_fixture_event_is_sized_as_its_file_reads() {
     let (mut files, mut quick_chunks) = (0, 0);
-    for store in [
-        "jsonl",
-        "jsonl-zstd",
-        "sqlite14",
-        "sqlite17",
-        "crash/jsonl",
-        "crash/jsonl-zstd",
-        "crash/sqlite14",
-        "crash/sqlite17",
-        "../legacy/stores/jsonl",
-        "../legacy/stores/jsonl-zstd",
-    ] {
+    let legacy = ["../legacy/stores/jsonl", "../legacy/stores/jsonl-zstd"];
+    for store in common::STORES.into_iter().chain(legacy) {
         let copy = common::store_copy(store);
         let backend = sessionfs::store::open(&copy.path).expect("store");
         for listing in backend.list() {

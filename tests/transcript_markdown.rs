@@ -208,16 +208,7 @@ fn check_store(store: &Path) -> usize {
 #[test]
 fn fixture_transcripts_are_commonmark_with_every_text_verbatim() {
     let mut checked = 0;
-    for store in [
-        "jsonl",
-        "jsonl-zstd",
-        "sqlite14",
-        "sqlite17",
-        "crash/jsonl",
-        "crash/jsonl-zstd",
-        "crash/sqlite14",
-        "crash/sqlite17",
-    ] {
+    for store in common::STORES {
         let copy = store_copy(store);
         checked += check_store(&copy.path);
     }

@@ -280,3 +280,48 @@ pub fn within(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> D
     }
     start.elapsed()
 }
+
+/// Every fixture store of the current format, crashed ones included.
+pub const STORES: [&str; 8] = [
+    "jsonl",
+    "jsonl-zstd",
+    "sqlite14",
+    "sqlite17",
+    "crash/jsonl",
+    "crash/jsonl-zstd",
+    "crash/sqlite14",
+    "crash/sqlite17",
+];
+
+/// Runs `f` on a fresh shared read-only mapping of a whole file (its bytes
+/// and length), unmapped after; an empty file is not mapped.
+pub fn with_mapping<T>(path: &Path, f: impl FnOnce(&[u8]) -> T) -> T {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path).expect("open");
+    let len = file.metadata().expect("fstat").len() as usize;
+    if len == 0 {
+        return f(&[]);
+    }
+    // SAFETY: a fresh mapping of an open descriptor, used within its length
+    // and unmapped before return; `f` cannot keep the slice.
+    unsafe {
+        let at = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        );
+        assert_ne!(
+            at,
+            libc::MAP_FAILED,
+            "mmap {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+        let result = f(std::slice::from_raw_parts(at as *const u8, len));
+        libc::munmap(at, len);
+        result
+    }
+}
