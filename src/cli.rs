@@ -25,7 +25,7 @@ Options:
                             into the store, as the Harness's load would),
                             poll (check used sessions every 0.5 s instead of
                             inotify; automatic on NFS, SMB, 9p and FUSE stores),
-                            uid=N, gid=N, grace=SECONDS, cache=MIB (default 256),
+                            uid=N, gid=N, grace=SECONDS, cache=MIB (default 192),
                             window=MS (fork write-behind window, default 200),
                             attr_timeout=SECONDS (default 1), fsname=NAME,
                             umask=OCTAL (fixed modes; default: each session's
@@ -166,7 +166,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         uid: None,
         gid: None,
         grace: Duration::from_secs(10),
-        cache_bytes: 256 << 20,
+        cache_bytes: 192 << 20,
         window: Duration::from_millis(200),
         attr_timeout: Duration::from_secs(1),
         fsname: None,

@@ -95,7 +95,7 @@ impl Default for FsConfig {
             gid: 0,
             read_only: false,
             grace: Duration::from_secs(10),
-            cache_bytes: 256 << 20,
+            cache_bytes: 192 << 20,
             write_window: Duration::from_millis(200),
             recheck: Duration::from_millis(250),
             relist: Duration::from_secs(1),
