@@ -17,10 +17,12 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-/// A tail this long is frozen into a segment at the next append. Large enough
-/// that a 1 GiB transcript is a thousand segments, small enough that copying a
-/// shared tail costs little; at the allocator's mmap threshold (`main.rs`), so a
-/// freed segment goes back to the system.
+/// The length of every frozen segment. Large enough that a 1 GiB transcript is
+/// a thousand segments, small enough that copying a shared tail costs little;
+/// a multiple of the page size and of the 1 MiB reads `cat` makes (`st_blksize`),
+/// so such a read never spans two segments and the kernel's page cache is
+/// filled segment by segment; at the allocator's mmap threshold (`main.rs`),
+/// so a freed segment goes back to the system.
 pub const SEGMENT: usize = 1 << 20;
 
 #[derive(Clone, Debug, Default)]
@@ -77,19 +79,43 @@ impl Bytes {
 
     /// The vector to append to. Bytes already in it must stay as they are:
     /// snapshots taken before would no longer be a prefix of the ones after.
-    /// A full tail is frozen first, so it is shared from then on and never
-    /// copied again; a tail a snapshot shares is copied (at most a segment).
+    /// A tail of a segment or more is frozen first, so it is shared from then
+    /// on and never copied again; a tail a snapshot shares is copied (about a
+    /// segment at most).
     pub fn tail_mut(&mut self) -> &mut Vec<u8> {
         if self.tail.len() >= SEGMENT {
-            let mut tail = std::mem::take(&mut self.tail);
-            // Unshared, its spare room is returned; shared, a snapshot reads it.
-            if let Some(unshared) = Arc::get_mut(&mut tail) {
-                unshared.shrink_to_fit();
-            }
-            let end = self.frozen_len() + tail.len();
-            Arc::make_mut(&mut self.frozen).push(Segment { end, bytes: tail });
+            self.freeze();
         }
         Arc::make_mut(&mut self.tail)
+    }
+
+    /// Moves the tail's whole segments into `frozen`; what passes them stays.
+    fn freeze(&mut self) {
+        let mut end = self.frozen_len();
+        let frozen = Arc::make_mut(&mut self.frozen);
+        let mut tail = std::mem::take(&mut self.tail);
+        let whole = tail.len() / SEGMENT * SEGMENT;
+        // The usual case: the vector becomes the segment, and only the bytes
+        // past it (part of the last entry) are copied.
+        if let Some(bytes) = Arc::get_mut(&mut tail).filter(|_| whole == SEGMENT) {
+            self.tail = Arc::new(bytes.split_off(SEGMENT));
+            bytes.shrink_to_fit();
+            frozen.push(Segment {
+                end: end + SEGMENT,
+                bytes: tail,
+            });
+            return;
+        }
+        // Shared with a snapshot (which keeps reading it), or one entry longer
+        // than a segment: copied.
+        for chunk in tail[..whole].chunks(SEGMENT) {
+            end += SEGMENT;
+            frozen.push(Segment {
+                end,
+                bytes: Arc::new(chunk.to_vec()),
+            });
+        }
+        self.tail = Arc::new(tail[whole..].to_vec());
     }
 
     /// Returns the tail's spare room, when no snapshot shares it.
@@ -181,9 +207,9 @@ impl Bytes {
     }
 
     /// True when `prefix` is a prefix of these bytes. Pieces both hold at the
-    /// same offset (a snapshot's segments, later frozen tails) are skipped
-    /// unread, so checking a growing file against an earlier snapshot of it
-    /// reads no more than that snapshot's tail.
+    /// same offset (a snapshot's segments) are skipped unread, so checking a
+    /// growing file against an earlier snapshot of it reads no more than that
+    /// snapshot's tail.
     pub fn starts_with(&self, prefix: &Bytes) -> bool {
         if prefix.len() > self.len() {
             return false;
@@ -230,11 +256,19 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshots_tail_frozen_later_is_the_same_piece() {
-        let mut writer = appended(&[SEGMENT]);
+    fn segments_are_one_length_whatever_the_appends() {
+        let mut writer = appended(&[SEGMENT - 1, 3 * SEGMENT + 5, 10]);
         let snapshot = writer.clone();
-        writer.tail_mut().push(1);
-        assert!(Arc::ptr_eq(&snapshot.tail, &writer.frozen[0].bytes));
+        writer.tail_mut().extend(std::iter::repeat_n(9, SEGMENT));
+        writer.tail_mut();
+        for bytes in [&snapshot, &writer] {
+            for (k, segment) in bytes.frozen.iter().enumerate() {
+                assert_eq!(segment.bytes.len(), SEGMENT);
+                assert_eq!(segment.end, (k + 1) * SEGMENT);
+            }
+        }
+        assert_eq!(writer.frozen.len(), 5);
+        assert_eq!(writer.tail.len(), 14);
     }
 
     #[test]

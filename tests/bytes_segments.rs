@@ -1,6 +1,6 @@
 //! `sessionfs::bytes::Bytes` (frozen shared segments plus a tail) against a
 //! plain `Vec<u8>`. The contract: whatever the sizes of the appends and
-//! wherever segments are frozen, a `Bytes` reads as the concatenation of what
+//! whenever segments are frozen, a `Bytes` reads as the concatenation of what
 //! was appended; a clone is a snapshot that later appends never change; `len`,
 //! `slice` (within one segment or across several), `pieces` and `starts_with`
 //! (against its own snapshots, which share segments, and against bytes built
@@ -24,7 +24,7 @@ fn random_bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
     (0..len).map(|_| rng.next() as u8).collect()
 }
 
-/// `data` appended in random pieces, so its segments split elsewhere.
+/// `data` appended in random pieces: the same bytes in segments of its own.
 fn built_apart(rng: &mut Rng, data: &[u8]) -> Bytes {
     let mut bytes = Bytes::default();
     let mut at = 0;
@@ -122,6 +122,13 @@ fn prefix_checks_against_bytes_built_apart_compare_every_byte() {
                 bytes.starts_with(&apart),
                 data.starts_with(&prefix),
                 "seed {seed}: a prefix of {cut} bytes built apart"
+            );
+            // One piece against segments: no boundary in common.
+            let one_piece = Bytes::from(prefix.clone());
+            assert_eq!(
+                bytes.starts_with(&one_piece),
+                data.starts_with(&prefix),
+                "seed {seed}: a prefix of {cut} bytes in one piece"
             );
             let longer = built_apart(&mut rng, &[&data[..], b"x"].concat());
             assert!(!bytes.starts_with(&longer), "seed {seed}: longer");
