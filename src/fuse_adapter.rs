@@ -550,15 +550,21 @@ impl Filesystem for FuseAdapter {
     }
 }
 
-/// Hands a spilled transcript to the kernel's page cache, 1 MiB at a time.
+/// Hands a spilled transcript to the kernel's page cache, segment by segment
+/// and at most 1 MiB at a time, so nothing is copied to send it.
 /// An inode the kernel no longer knows is refused (ENOENT): nothing to keep.
 pub fn store_pages(notifier: &fuser::Notifier, spill: &crate::fs::paged::Spill) {
     const PIECE: usize = 1 << 20;
-    for (k, piece) in spill.bytes.chunks(PIECE).enumerate() {
-        let offset = (k * PIECE) as u64;
+    let mut offset = 0u64;
+    for piece in spill
+        .bytes
+        .pieces()
+        .flat_map(|segment| segment.chunks(PIECE))
+    {
         if let Err(e) = notifier.store(INodeNo(spill.ino), offset, piece) {
             log::debug!("page cache of inode {} not filled: {e}", spill.ino);
             return;
         }
+        offset += piece.len() as u64;
     }
 }

@@ -11,6 +11,7 @@
 //! - [`fuse_adapter`]: the thin fuser adapter; [`fuse_device`]: why `/dev/fuse`
 //!   cannot be opened, said before mounting.
 
+pub mod bytes;
 pub mod cli;
 pub mod error;
 pub mod fs;

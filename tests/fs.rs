@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use sessionfs::bytes::SEGMENT;
 use sessionfs::error::Error;
 use sessionfs::fs::inode::ROOT;
 use sessionfs::fs::{FsConfig, Kind, SessionFs};
@@ -461,6 +462,97 @@ fn a_handle_follows_growth_and_keeps_its_snapshot_when_rewritten() {
     assert_eq!(world.fs.open_handles(), 0);
 }
 
+/// A turn whose user message is about `len` bytes of text naming its place, so
+/// a byte served from the wrong offset shows.
+fn long_turn(turn: u64, seq: u64, len: usize) -> Vec<JsonMap> {
+    let mut text = String::new();
+    for line in 0.. {
+        if text.len() >= len {
+            break;
+        }
+        text.push_str(&format!("turn {turn} line {line}\n"));
+    }
+    [
+        serde_json::json!({"type": "turn/start", "seq": seq, "time": 1, "data": {"turn": turn}}),
+        serde_json::json!({"type": "step/start", "seq": seq + 1, "time": 2, "data": {"turn": turn, "step": 1}}),
+        serde_json::json!({"type": "user/message", "seq": seq + 2, "time": 3, "data": {"content": [{"type": "text", "text": text}], "source": {"kind": "user"}, "role": "user", "id": format!("u{seq}")}, "surfaceOp": "append"}),
+        serde_json::json!({"type": "step/end", "seq": seq + 3, "time": 4, "data": {"turn": turn, "step": 1}}),
+        serde_json::json!({"type": "turn/end", "seq": seq + 4, "time": 5, "data": {"turn": turn, "reason": {"kind": "completed"}}}),
+    ]
+    .into_iter()
+    .map(|v| v.as_object().cloned().expect("object"))
+    .collect()
+}
+
+/// Reads on from the end of `out` in reads of `size` to the end of the file.
+fn read_on(fs: &SessionFs, fh: u64, out: &mut Vec<u8>, size: u32) {
+    loop {
+        let chunk = fs.read(fh, out.len() as u64, size).expect("read");
+        out.extend_from_slice(chunk.as_slice());
+        if chunk.as_slice().len() < size as usize {
+            // The kernel takes a short read for the end of the file.
+            let next = fs.read(fh, out.len() as u64, size).expect("read");
+            assert!(next.as_slice().is_empty(), "short read at {}", out.len());
+            return;
+        }
+    }
+}
+
+#[test]
+fn a_transcript_grown_over_many_segments_is_followed_and_spilled_whole() {
+    let world = World::new(
+        0,
+        0,
+        FsConfig {
+            cache_bytes: 1,
+            ..config()
+        },
+    );
+    let spills = world.fs.spill_receiver();
+    let header = SessionHeader::new("big", 1_772_457_300_000);
+    let mut events = long_turn(1, 0, 700 << 10);
+    world.store.insert(header.clone(), events.clone());
+    let transcript = world.file("big", "transcript.md");
+    let (fh, _) = world.fs.open(transcript, false).expect("open");
+    // Reads of a size no segment divides, so some span two segments.
+    let mut held = Vec::new();
+    read_on(&world.fs, fh, &mut held, 100_000);
+    for turn in 2..=8 {
+        events.extend(long_turn(turn, events.len() as u64, 700 << 10));
+        world.store.insert(header.clone(), events.clone());
+        let before = held.len();
+        read_on(&world.fs, fh, &mut held, 100_000);
+        assert!(held.len() > before, "turn {turn}: the descriptor reads on");
+        let attr = world.fs.getattr_open(transcript, fh).expect("fstat");
+        assert_eq!(attr.size, held.len() as u64, "turn {turn}");
+    }
+    assert!(held.len() > 4 * SEGMENT, "{} bytes", held.len());
+    world.fs.release(fh);
+    let (fh, _) = world.fs.open(transcript, false).expect("open again");
+    let mut again = Vec::new();
+    read_on(&world.fs, fh, &mut again, 100_000);
+    world.fs.release(fh);
+    assert!(again == held, "read again from the start");
+    let text = String::from_utf8(held.clone()).expect("utf8");
+    let lines = text
+        .lines()
+        .filter(|l| l.starts_with("turn 8 line "))
+        .count();
+    assert!(lines > 10_000, "{lines} lines of the last turn");
+
+    // Dropped, it goes to the kernel's page cache whole, segment by segment.
+    world.store.insert(
+        SessionHeader::new("other", 1_772_457_300_000),
+        long_turn(1, 0, 10),
+    );
+    world.file("other", "transcript.md");
+    let spill = spills.try_recv().expect("the dropped view's transcript");
+    assert_eq!(spill.ino, transcript);
+    let sizes: Vec<usize> = spill.bytes.pieces().map(<[u8]>::len).collect();
+    assert!(sizes.len() > 3, "{sizes:?}");
+    assert_eq!(spill.bytes.to_vec(), held);
+}
+
 #[test]
 fn a_rewritten_file_keeps_the_snapshot_its_descriptor_opened() {
     // No grace: a log that ends inside a tool call is shown closed at once, with
@@ -529,7 +621,7 @@ fn a_dropped_views_transcript_is_sized_and_opened_without_reading_the_log_again(
     assert_eq!(world.calls.scan.load(Ordering::Relaxed), scans);
 
     // A read the kernel cannot answer reads the session again, to the same bytes.
-    assert_eq!(read_handle(&world.fs, fh), *spill.bytes);
+    assert_eq!(read_handle(&world.fs, fh), spill.bytes.to_vec());
     assert_eq!(world.calls.scan.load(Ordering::Relaxed), scans + 1);
     world.fs.release(fh);
 

@@ -214,7 +214,7 @@ fn derived_views_equal_a_naive_reference_fold() {
         let surface = indexed
             .file(backend, &key, ViewFile::Surface)
             .expect("surface");
-        let got: Vec<Value> = std::str::from_utf8(&surface.bytes)
+        let got: Vec<Value> = std::str::from_utf8(&surface.bytes.to_vec())
             .expect("utf8")
             .lines()
             .map(|l| serde_json::from_str(l).expect("line"))
@@ -225,7 +225,7 @@ fn derived_views_equal_a_naive_reference_fold() {
         let transcript = indexed
             .file(backend, &key, ViewFile::Transcript)
             .expect("transcript");
-        let transcript = std::str::from_utf8(&transcript.bytes).expect("utf8");
+        let transcript = String::from_utf8(transcript.bytes.to_vec()).expect("utf8");
         let mut at = 0;
         for text in &log.user_texts {
             let found = transcript[at..]
@@ -235,7 +235,7 @@ fn derived_views_equal_a_naive_reference_fold() {
         }
 
         let index = indexed.file(backend, &key, ViewFile::Index).expect("index");
-        let rows: Vec<Value> = std::str::from_utf8(&index.bytes)
+        let rows: Vec<Value> = std::str::from_utf8(&index.bytes.to_vec())
             .expect("utf8")
             .lines()
             .map(|l| serde_json::from_str(l).expect("row"))

@@ -735,9 +735,9 @@ fn sixteen_readers_a_writer_and_forks_stay_consistent() {
     let mut not_prefix = 0usize;
     let grown = std::mem::take(&mut *shared.grown.lock().unwrap());
     for (path, len, hash) in &grown {
-        let content = finals
-            .entry(path.clone())
-            .or_insert_with(|| std::fs::read(path).expect("final read"));
+        let content = finals.entry(path.clone()).or_insert_with(|| {
+            std::fs::read(path).unwrap_or_else(|e| panic!("final read of {}: {e}", path.display()))
+        });
         if content.len() < *len || digest(&content[..*len]) != *hash {
             not_prefix += 1;
             shared.fail(

@@ -84,7 +84,8 @@ fn check_store(backend: &dyn Backend, refused: &[&str]) -> usize {
             let request = indexed
                 .call_file(backend, &key, index, CallFile::Request)
                 .expect("request.json");
-            let request: Value = serde_json::from_slice(&request.bytes).expect("request JSON");
+            let request: Value =
+                serde_json::from_slice(&request.bytes.to_vec()).expect("request JSON");
             for (field, expected_field) in [
                 ("turn", "turn"),
                 ("step", "step"),
@@ -169,7 +170,7 @@ fn a_quiet_log_ending_before_a_response_shows_an_unanswered_call() {
     let request = indexed
         .call_file(&store, &key, 0, CallFile::Request)
         .unwrap();
-    let request: Value = serde_json::from_slice(&request.bytes).unwrap();
+    let request: Value = serde_json::from_slice(&request.bytes.to_vec()).unwrap();
     assert_eq!(request["responseLogged"], false);
     assert_eq!(request["boundarySeq"], 3);
     assert_eq!(request["firstResponseSeq"], Value::Null);
@@ -178,5 +179,10 @@ fn a_quiet_log_ending_before_a_response_shows_an_unanswered_call() {
     let messages = indexed
         .call_file(&store, &key, 0, CallFile::Messages)
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&messages.bytes).lines().count(), 1);
+    assert_eq!(
+        String::from_utf8_lossy(&messages.bytes.to_vec())
+            .lines()
+            .count(),
+        1
+    );
 }

@@ -7,12 +7,12 @@
 //! takes the snapshot.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::inode::{Ino, Node};
 use super::{Attr, ReadData, SessionFs, lock};
+use crate::bytes::Bytes;
 use crate::error::{Error, Result};
 use crate::view::Content;
 
@@ -106,7 +106,7 @@ impl SessionFs {
         }
         let content = if control {
             Some(Content {
-                bytes: Arc::new(Vec::new()),
+                bytes: Bytes::default(),
                 lineage: 0,
             })
         } else if self.is_spilled(decoded) {
@@ -146,7 +146,11 @@ impl SessionFs {
         if is_control(decoded) {
             // Control files show their status as of this read, at any offset.
             let status = self.control_status(decoded)?;
-            return Ok(ReadData::new(Arc::new(status.into_bytes()), offset, size));
+            return Ok(ReadData::new(
+                &Bytes::from(status.into_bytes()),
+                offset,
+                size,
+            ));
         }
         let mut content = match held {
             Some(content) => content,
@@ -159,11 +163,13 @@ impl SessionFs {
         if offset + u64::from(size) > content.bytes.len() as u64 {
             content = self.follow_growth(fh, decoded, content);
         }
-        Ok(ReadData::new(content.bytes, offset, size))
+        Ok(ReadData::new(&content.bytes, offset, size))
     }
 
     /// A file that only grew since it was opened may be read further (`tail -f`);
-    /// a rewritten one keeps serving the snapshot taken at open.
+    /// a rewritten one keeps serving the snapshot taken at open. The prefix
+    /// check skips the segments both snapshots share, so following a large
+    /// transcript reads only the tail it held.
     fn follow_growth(&self, fh: u64, ino: Ino, content: Content) -> Content {
         match self.file_content_now(ino) {
             Ok(current)

@@ -47,6 +47,7 @@ pub mod writeback;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::bytes::{Bytes, Slice};
 use crate::error::{Error, Result};
 use crate::model::ids::encode_segment;
 use crate::store::memory::MemoryStore;
@@ -766,25 +767,19 @@ fn view_refusal(view: &SessionView) -> Option<String> {
 }
 
 /// The bytes a read returns: a range of a shared snapshot, so a large read is
-/// answered without copying the file.
-pub struct ReadData {
-    bytes: Arc<Vec<u8>>,
-    range: std::ops::Range<usize>,
-}
+/// answered without copying the file (a read across two segments copies itself).
+pub struct ReadData(Slice);
 
 impl ReadData {
-    fn new(bytes: Arc<Vec<u8>>, offset: u64, size: u32) -> ReadData {
+    fn new(bytes: &Bytes, offset: u64, size: u32) -> ReadData {
         let start = usize::try_from(offset)
             .unwrap_or(usize::MAX)
             .min(bytes.len());
         let end = start.saturating_add(size as usize).min(bytes.len());
-        ReadData {
-            bytes,
-            range: start..end,
-        }
+        ReadData(bytes.slice(start..end))
     }
 
     pub fn as_slice(&self) -> &[u8] {
-        &self.bytes[self.range.clone()]
+        self.0.as_slice()
     }
 }

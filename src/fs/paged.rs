@@ -16,13 +16,14 @@
 //! reclaims spilled pages under memory pressure, and a read of a reclaimed
 //! page reads the session again.
 
+use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use super::inode::{Ino, Node};
 use super::table::Slot;
 use super::{SessionFs, lock};
+use crate::bytes::Bytes;
 use crate::store::Revision;
 use crate::view::SessionView;
 
@@ -38,7 +39,7 @@ pub(super) struct Spilled {
 /// Bytes for the kernel's page cache of one inode, from offset 0.
 pub struct Spill {
     pub ino: u64,
-    pub bytes: Arc<Vec<u8>>,
+    pub bytes: Bytes,
 }
 
 /// Spills waiting for the adapter's thread. Bounded: when the kernel is slow to

@@ -16,10 +16,10 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::bytes::Bytes;
 use crate::json::{JsonMap, str_field};
 use crate::model::surface::SurfaceEffect;
 use crate::render::format_time;
@@ -29,8 +29,8 @@ use crate::render::markdown::{code_span, fenced, inline, is_unified_diff, prose,
 #[derive(Clone, Debug, Default)]
 pub struct TranscriptWriter {
     /// Shared with the file snapshots taken of it, so the transcript is held
-    /// once; writing after a snapshot copies it (open readers keep theirs).
-    out: Arc<Vec<u8>>,
+    /// once; writing after a snapshot copies at most its tail segment.
+    out: Bytes,
     turn: Option<String>,
     /// Summaries by compaction id, until the replacement that uses them lands.
     summaries: HashMap<String, String>,
@@ -55,27 +55,23 @@ impl TranscriptWriter {
         writer
     }
 
-    pub fn bytes(&self) -> &[u8] {
-        &self.out
-    }
-
     /// The bytes written so far, shared rather than copied.
-    pub fn shared(&self) -> Arc<Vec<u8>> {
-        Arc::clone(&self.out)
+    pub fn shared(&self) -> Bytes {
+        self.out.clone()
     }
 
     pub fn shrink(&mut self) {
-        self.buffer().shrink_to_fit();
+        self.out.shrink();
     }
 
     fn buffer(&mut self) -> &mut Vec<u8> {
-        Arc::make_mut(&mut self.out)
+        self.out.tail_mut()
     }
 
     /// `### [t<turn> #<seq>] <who> · <time>`; `who` writes its part.
     fn heading(&mut self, seq: u64, time: &Value, who: impl FnOnce(&mut Vec<u8>)) {
         let Self { out, turn, .. } = self;
-        let out = Arc::make_mut(out);
+        let out = out.tail_mut();
         out.extend_from_slice(b"### [");
         if let Some(turn) = turn {
             out.push(b't');
@@ -410,7 +406,7 @@ mod tests {
     }
 
     fn text(writer: &TranscriptWriter) -> String {
-        String::from_utf8(writer.bytes().to_vec()).unwrap()
+        String::from_utf8(writer.shared().to_vec()).unwrap()
     }
 
     #[test]

@@ -13,11 +13,11 @@ pub use progress::ScanProgress;
 pub use steps::CallFile;
 
 use std::collections::HashSet;
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
+use crate::bytes::Bytes;
 use crate::json::{JsonMap, safe_integer};
 use crate::json_len::pretty_line_len;
 use crate::model::Refusal;
@@ -29,15 +29,12 @@ use crate::render::transcript::TranscriptWriter;
 use crate::render::{Standing, event_file, header_json, index_line, surface_line};
 use crate::store::{Backend, EventLoc, Listing, Revision, ScanEnd, ScanPoint, SessionKey};
 
-/// How long after its last growth a log counts as growing.
-const GROWING_FOR: Duration = Duration::from_secs(10);
-
 /// Bytes of a generated file as of one moment. `lineage` stays the same while the
 /// file only grows, so an open handle may follow appends (`tail -f`) yet never
 /// sees a rewritten file change under it.
 #[derive(Clone, Debug)]
 pub struct Content {
-    pub bytes: Arc<Vec<u8>>,
+    pub bytes: Bytes,
     pub lineage: u64,
 }
 
@@ -119,7 +116,7 @@ pub struct SpilledTranscript {
     pub revision: Revision,
     pub lineage: u64,
     pub mtime: SystemTime,
-    pub bytes: Arc<Vec<u8>>,
+    pub bytes: Bytes,
 }
 
 /// Why a session is shown without its derived views.
@@ -159,8 +156,6 @@ pub struct Indexed {
     /// The transcript's own lineage: it never shows closers, so only a re-read
     /// log whose transcript no longer extends the old one rewrites it.
     transcript_lineage: u64,
-    /// When the log last grew while followed.
-    grown_at: Option<Instant>,
 }
 
 pub enum State {
@@ -278,19 +273,19 @@ impl SessionView {
     pub fn memory(&self) -> usize {
         match &self.state {
             State::Indexed(i) => {
-                let transcript = i.transcript.shared();
                 i.events.capacity() * std::mem::size_of::<EventMeta>()
                     + i.fold.memory()
                     + i.steps.memory()
-                    + transcript.capacity()
+                    + i.transcript.shared().memory()
+                    // A cached transcript is the writer's, counted above.
                     + i.cache
                         .iter()
-                        .filter(|(_, c)| !Arc::ptr_eq(&c.bytes, &transcript))
-                        .map(|(_, c)| c.bytes.capacity())
+                        .filter(|(f, _)| *f != ViewFile::Transcript)
+                        .map(|(_, c)| c.bytes.memory())
                         .sum::<usize>()
                     + i.call_cache
                         .iter()
-                        .map(|(_, _, c)| c.bytes.capacity())
+                        .map(|(_, _, c)| c.bytes.memory())
                         .sum::<usize>()
             }
             State::Unreadable(_) => 0,
@@ -338,7 +333,6 @@ impl SessionView {
             call_cache: Vec::new(),
             lineage: 0,
             transcript_lineage: 0,
-            grown_at: None,
         });
         match indexed.extend(backend, &self.key, progress) {
             Ok(()) => {
@@ -392,7 +386,6 @@ impl SessionView {
                     let extended = indexed.extend(backend, &self.key, None).is_ok();
                     if extended && indexed.events.len() != before {
                         indexed.changed(false);
-                        indexed.grown_at = Some(Instant::now());
                     }
                     extended
                 }
@@ -509,7 +502,7 @@ impl SessionView {
     ) -> Option<Result<Content, Refusal>> {
         let fixed = |bytes: Vec<u8>| {
             Some(Ok(Content {
-                bytes: Arc::new(bytes),
+                bytes: Bytes::from(bytes),
                 lineage: 0,
             }))
         };
@@ -525,7 +518,7 @@ impl SessionView {
                     return None;
                 }
                 Some(indexed.event(backend, &key, seq).map(|event| Content {
-                    bytes: Arc::new(event_file::content(&event)),
+                    bytes: Bytes::from(event_file::content(&event)),
                     lineage: 0,
                 }))
             }
@@ -742,7 +735,8 @@ impl Indexed {
     /// read on (`tail -f`); every other file counts as rewritten.
     fn succeed(&mut self, old: &Indexed) {
         self.lineage = old.lineage + 1;
-        self.transcript_lineage = if self.transcript.bytes().starts_with(old.transcript.bytes()) {
+        let (new, old_bytes) = (self.transcript.shared(), old.transcript.shared());
+        self.transcript_lineage = if new.starts_with(&old_bytes) {
             old.transcript_lineage
         } else {
             old.transcript_lineage + 1
@@ -855,10 +849,13 @@ impl Indexed {
             return Ok(content.clone());
         }
         let bytes = match which {
-            ViewFile::Header => Arc::new(header_json(&self.header, Some(&self.fold))),
-            ViewFile::Transcript => self.transcript_bytes(),
-            ViewFile::Surface => Arc::new(self.surface_bytes(backend, key)?),
-            ViewFile::Index => Arc::new(self.index_bytes(backend, key)?),
+            ViewFile::Header => Bytes::from(header_json(&self.header, Some(&self.fold))),
+            // Logged events only (never the closers, which give way when the log
+            // grows), so it only grows while the log does: shared with the
+            // writer, which appends to it without copying what was written.
+            ViewFile::Transcript => self.transcript.shared(),
+            ViewFile::Surface => Bytes::from(self.surface_bytes(backend, key)?),
+            ViewFile::Index => Bytes::from(self.index_bytes(backend, key)?),
         };
         // The surface is rewritten, not extended, whenever a replacement lands.
         let lineage = match which {
@@ -869,20 +866,6 @@ impl Indexed {
         let content = Content { bytes, lineage };
         self.cache.push((which, content.clone()));
         Ok(content)
-    }
-
-    /// The transcript shows logged events only (never the closers, which give
-    /// way when the log grows), so it only ever grows while the log does.
-    fn transcript_bytes(&self) -> Arc<Vec<u8>> {
-        // At rest, the file shares the writer's buffer, so the transcript is held
-        // once. A growing log copies it instead: the writer appends on every batch,
-        // and a shared buffer would be copied then, once per batch, not per render.
-        let growing = self.grown_at.is_some_and(|t| t.elapsed() < GROWING_FOR);
-        if growing {
-            Arc::new(self.transcript.bytes().to_vec())
-        } else {
-            self.transcript.shared()
-        }
     }
 
     /// Surface nodes in order, including synthetic tool results.

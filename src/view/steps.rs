@@ -6,11 +6,10 @@
 //! messages fetched, as for `surface.jsonl`. Only the last few are kept, so a
 //! session of hundreds of calls never holds every prefix's messages.
 
-use std::sync::Arc;
-
 use serde_json::{Map, Value};
 
 use super::{Content, Indexed};
+use crate::bytes::Bytes;
 use crate::json::pretty_line;
 use crate::model::Refusal;
 use crate::model::header::canonical_request_header;
@@ -101,7 +100,7 @@ impl Indexed {
             CallFile::Request => self.call_request(backend, key, call)?,
         };
         let content = Content {
-            bytes: Arc::new(bytes),
+            bytes: Bytes::from(bytes),
             lineage: self.lineage,
         };
         if self.call_cache.len() == KEPT_CALL_FILES {
