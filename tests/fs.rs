@@ -676,17 +676,7 @@ fn a_rewritten_transcript_is_a_new_inode_and_the_old_one_keeps_its_descriptors()
 /// A log of `turns` short turns, five events each.
 fn turns(turns: u64) -> Vec<JsonMap> {
     (0..turns)
-        .flat_map(|t| {
-            let (seq, turn) = (t * 5, t + 1);
-            [
-                serde_json::json!({"type": "turn/start", "seq": seq, "time": 1, "data": {"turn": turn}}),
-                serde_json::json!({"type": "step/start", "seq": seq + 1, "time": 2, "data": {"turn": turn, "step": 1}}),
-                serde_json::json!({"type": "user/message", "seq": seq + 2, "time": 3, "data": {"content": [{"type": "text", "text": "hi"}], "source": {"kind": "user"}, "role": "user", "id": format!("u{seq}")}, "surfaceOp": "append"}),
-                serde_json::json!({"type": "step/end", "seq": seq + 3, "time": 4, "data": {"turn": turn, "step": 1}}),
-                serde_json::json!({"type": "turn/end", "seq": seq + 4, "time": 5, "data": {"turn": turn, "reason": {"kind": "completed"}}}),
-            ]
-        })
-        .map(|v| v.as_object().cloned().expect("object"))
+        .flat_map(|t| long_turn(t + 1, t * 5, 1))
         .collect()
 }
 
