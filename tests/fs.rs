@@ -623,10 +623,21 @@ fn a_dropped_views_transcript_is_sized_and_opened_without_reading_the_log_again(
     // A read the kernel cannot answer reads the session again, to the same bytes.
     assert_eq!(read_handle(&world.fs, fh), spill.bytes.to_vec());
     assert_eq!(world.calls.scan.load(Ordering::Relaxed), scans + 1);
+
+    // Dropped again while the descriptor holds its bytes: the kernel's check
+    // before each read (`fstat` through the descriptor) reads nothing again.
+    world.read_all(world.file(&name(1), "surface.jsonl"));
+    assert_eq!(
+        world.fs.cache_usage().0,
+        1,
+        "only the other session is loaded"
+    );
+    let scans = world.calls.scan.load(Ordering::Relaxed);
+    assert_eq!(world.fs.getattr_open(first, fh).expect("fstat").size, size);
+    assert_eq!(world.calls.scan.load(Ordering::Relaxed), scans);
     world.fs.release(fh);
 
     // A log changed since is read again before its size is given.
-    world.file(&name(1), "transcript.md");
     world.store.insert(
         SessionHeader::new(&name(0), 1_772_457_300_000),
         world.events.clone(),

@@ -171,6 +171,12 @@ impl SessionFs {
     /// check skips the segments both snapshots share, so following a large
     /// transcript reads only the tail it held.
     fn follow_growth(&self, fh: u64, ino: Ino, content: Content) -> Content {
+        // A spilled transcript's log is unchanged since its view was dropped:
+        // nothing grew, and the session is not read again to learn that (the
+        // kernel asks at every `read` of a page-cached file).
+        if self.is_spilled(ino) {
+            return content;
+        }
         match self.file_content_now(ino) {
             Ok(current)
                 if current.lineage == content.lineage
