@@ -25,7 +25,8 @@ use crate::store::zstd_frames::{
     encode_frame, read_frames, scan_frame,
 };
 use crate::store::{
-    Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey, read_ahead,
+    Catalog, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey, Source,
+    Watched, Writer, read_ahead,
 };
 
 pub const RAW_NAME: &str = "session.jsonl";
@@ -693,7 +694,7 @@ impl JsonlStore {
     }
 }
 
-impl Backend for JsonlStore {
+impl Catalog for JsonlStore {
     fn describe(&self) -> String {
         format!("JSONL session root {}", self.root.display())
     }
@@ -761,19 +762,6 @@ impl Backend for JsonlStore {
         Some(revision)
     }
 
-    fn watch_dirs(&self) -> Vec<PathBuf> {
-        let mut dirs = vec![self.root.clone()];
-        dirs.extend(Self::subdirs(&self.root).into_iter().map(|(_, p)| p));
-        dirs
-    }
-
-    fn session_dir(&self, key: &SessionKey) -> Option<PathBuf> {
-        match key {
-            SessionKey::File(path) => path.parent().map(Path::to_path_buf),
-            SessionKey::Row(_) => None,
-        }
-    }
-
     fn find(&self, id: &str) -> Vec<Listing> {
         let Some(segment) = encode_segment(id) else {
             return Vec::new();
@@ -798,6 +786,27 @@ impl Backend for JsonlStore {
         found
     }
 
+    fn contains(&self, id: &str) -> bool {
+        let Some(segment) = encode_segment(id) else {
+            return false;
+        };
+        // Anything at the session's path takes the name, except an empty directory
+        // left by an interrupted materialisation; nothing is followed.
+        let exists = |path: &Path| std::fs::symlink_metadata(path).is_ok();
+        Self::subdirs(&self.root).iter().any(|(_, project)| {
+            let dir = project.join(&segment);
+            match std::fs::symlink_metadata(&dir) {
+                Ok(meta) if meta.is_dir() => {
+                    exists(&dir.join(RAW_NAME)) || exists(&dir.join(ZSTD_NAME))
+                }
+                Ok(_) => true,
+                Err(_) => false,
+            }
+        })
+    }
+}
+
+impl Source for JsonlStore {
     fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal> {
         let SessionKey::File(path) = key else {
             return Err(Refusal::Corrupt("not a JSONL session".into()));
@@ -907,7 +916,9 @@ impl Backend for JsonlStore {
             )
         })
     }
+}
 
+impl Writer for JsonlStore {
     fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> io::Result<SessionKey> {
         if self.contains(&header.id) {
             return Err(io::Error::new(
@@ -973,24 +984,20 @@ impl Backend for JsonlStore {
         };
         append_durably(path, &bytes)
     }
+}
 
-    fn contains(&self, id: &str) -> bool {
-        let Some(segment) = encode_segment(id) else {
-            return false;
-        };
-        // Anything at the session's path takes the name, except an empty directory
-        // left by an interrupted materialisation; nothing is followed.
-        let exists = |path: &Path| std::fs::symlink_metadata(path).is_ok();
-        Self::subdirs(&self.root).iter().any(|(_, project)| {
-            let dir = project.join(&segment);
-            match std::fs::symlink_metadata(&dir) {
-                Ok(meta) if meta.is_dir() => {
-                    exists(&dir.join(RAW_NAME)) || exists(&dir.join(ZSTD_NAME))
-                }
-                Ok(_) => true,
-                Err(_) => false,
-            }
-        })
+impl Watched for JsonlStore {
+    fn watch_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self.root.clone()];
+        dirs.extend(Self::subdirs(&self.root).into_iter().map(|(_, p)| p));
+        dirs
+    }
+
+    fn session_dir(&self, key: &SessionKey) -> Option<PathBuf> {
+        match key {
+            SessionKey::File(path) => path.parent().map(Path::to_path_buf),
+            SessionKey::Row(_) => None,
+        }
     }
 }
 

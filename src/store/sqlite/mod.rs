@@ -37,8 +37,8 @@ pub use varint::{decode_source_seqs, encode_source_seqs};
 
 use super::tail::{Decoded, TailScanner};
 use super::{
-    Backend, Checkpoint, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey,
-    read_ahead,
+    Catalog, Checkpoint, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey,
+    Source, Watched, Writer, find_row, read_ahead,
 };
 use crate::json::JsonMap;
 use crate::model::Refusal;
@@ -254,7 +254,7 @@ impl SqliteStore {
     }
 }
 
-impl Backend for SqliteStore {
+impl Catalog for SqliteStore {
     fn describe(&self) -> String {
         format!(
             "sqlite schema {} database {}",
@@ -268,22 +268,6 @@ impl Backend for SqliteStore {
             log::error!("cannot list sessions: {refusal}");
             Vec::new()
         })
-    }
-
-    fn watch_dirs(&self) -> Vec<PathBuf> {
-        self.path
-            .parent()
-            .map(Path::to_path_buf)
-            .into_iter()
-            .collect()
-    }
-
-    /// Writes land in the database file or its WAL; `-shm` and `-journal`
-    /// are SQLite's bookkeeping and change with reads too.
-    fn is_data_change(&self, name: &str) -> bool {
-        let file = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
-        Some(name.to_string()) == file(&self.path)
-            || Some(name.to_string()) == file(&self.wal_path())
     }
 
     fn try_list(&self) -> Result<Vec<Listing>, Refusal> {
@@ -317,6 +301,22 @@ impl Backend for SqliteStore {
             .collect())
     }
 
+    fn contains(&self, id: &str) -> bool {
+        // On a read error the answer is "no": create() checks again inside its
+        // write transaction, so a wrong answer cannot overwrite a session.
+        self.read(|tx| session_exists(tx, id))
+            .unwrap_or_else(|refusal| {
+                log::warn!("cannot look up session {id:?}: {refusal}");
+                false
+            })
+    }
+
+    fn find(&self, id: &str) -> Vec<Listing> {
+        find_row(self, id)
+    }
+}
+
+impl Source for SqliteStore {
     fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal> {
         let id = row_id(key)?;
         self.session_row(id)?
@@ -466,7 +466,9 @@ impl Backend for SqliteStore {
             .nth(loc.member as usize)
             .ok_or_else(missing)
     }
+}
 
+impl Writer for SqliteStore {
     fn repair(
         &self,
         key: &SessionKey,
@@ -558,15 +560,23 @@ impl Backend for SqliteStore {
             _ => Checkpoint::NotNeeded,
         })
     }
+}
 
-    fn contains(&self, id: &str) -> bool {
-        // On a read error the answer is "no": create() checks again inside its
-        // write transaction, so a wrong answer cannot overwrite a session.
-        self.read(|tx| session_exists(tx, id))
-            .unwrap_or_else(|refusal| {
-                log::warn!("cannot look up session {id:?}: {refusal}");
-                false
-            })
+impl Watched for SqliteStore {
+    fn watch_dirs(&self) -> Vec<PathBuf> {
+        self.path
+            .parent()
+            .map(Path::to_path_buf)
+            .into_iter()
+            .collect()
+    }
+
+    /// Writes land in the database file or its WAL; `-shm` and `-journal`
+    /// are SQLite's bookkeeping and change with reads too.
+    fn is_data_change(&self, name: &str) -> bool {
+        let file = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+        Some(name.to_string()) == file(&self.path)
+            || Some(name.to_string()) == file(&self.wal_path())
     }
 }
 
