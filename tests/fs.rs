@@ -17,9 +17,9 @@ use sessionfs::error::Error;
 use sessionfs::fs::inode::ROOT;
 use sessionfs::fs::{FsConfig, Kind, SessionFs};
 use sessionfs::json::JsonMap;
-use sessionfs::model::Refusal;
 use sessionfs::model::header::SessionHeader;
 use sessionfs::model::quick::Scanned;
+use sessionfs::model::{Cause, Refusal};
 use sessionfs::store::memory::MemoryStore;
 use sessionfs::store::{
     Catalog, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey, Source,
@@ -74,7 +74,7 @@ impl Calls {
     fn check_busy(&self) -> Result<(), Refusal> {
         match self.busy.load(Ordering::Relaxed) {
             true => Err(Refusal::Unavailable {
-                errno: libc::EBUSY,
+                cause: Cause::Busy,
                 reason: "the store is busy".into(),
             }),
             false => Ok(()),

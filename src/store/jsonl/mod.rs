@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use crate::json::JsonMap;
-use crate::model::Refusal;
 use crate::model::header::SessionHeader;
+use crate::model::{Cause, Refusal};
 use crate::store::{EventLoc, EventSink, Revision, ScanEnd, ScanPoint, SessionKey, Source};
 use raw::raw_line;
 use record::decode_events;
@@ -68,7 +68,7 @@ fn corrupt(path: &Path, why: impl std::fmt::Display) -> Refusal {
 fn io_refusal(path: &Path, e: io::Error) -> Refusal {
     match e.raw_os_error() {
         Some(errno) => Refusal::Unavailable {
-            errno,
+            cause: Cause::System(errno),
             reason: format!("cannot read {} now: {e}", path.display()),
         },
         None => Refusal::Corrupt(format!("cannot read {}: {e}", path.display())),

@@ -41,9 +41,9 @@ use super::{
     Source, Watched, Writer, find_row, read_ahead,
 };
 use crate::json::JsonMap;
-use crate::model::Refusal;
 use crate::model::header::SessionHeader;
 use crate::model::validate::check_envelope;
+use crate::model::{Cause, Refusal};
 
 /// Rows read per read transaction while scanning.
 const SCAN_BATCH_ROWS: i64 = 4096;
@@ -104,23 +104,23 @@ impl SqliteStore {
 
     /// A failed read: damage when SQLite says the file is no database or is
     /// corrupt, else trouble reading it now (busy past the timeout, locked,
-    /// permission, I/O), answered with the nearest errno.
+    /// permission, I/O), for `error.rs` to answer.
     fn unreadable(&self, error: rusqlite::Error) -> Refusal {
         use rusqlite::ErrorCode::*;
-        let errno = match error.sqlite_error_code() {
-            Some(DatabaseBusy | DatabaseLocked) => Some(libc::EBUSY),
-            Some(PermissionDenied | ReadOnly) => Some(libc::EACCES),
-            Some(CannotOpen | SystemIoFailure) => Some(libc::EIO),
-            Some(OutOfMemory) => Some(libc::ENOMEM),
+        let cause = match error.sqlite_error_code() {
+            Some(DatabaseBusy | DatabaseLocked) => Some(Cause::Busy),
+            Some(PermissionDenied | ReadOnly) => Some(Cause::Denied),
+            Some(CannotOpen | SystemIoFailure) => Some(Cause::Failed),
+            Some(OutOfMemory) => Some(Cause::OutOfMemory),
             _ => None,
         };
         let message = format!(
             "cannot read session database at \"{}\": {error}",
             self.path.display()
         );
-        match errno {
-            Some(errno) => Refusal::Unavailable {
-                errno,
+        match cause {
+            Some(cause) => Refusal::Unavailable {
+                cause,
                 reason: message,
             },
             None => Refusal::Corrupt(message),
@@ -130,7 +130,7 @@ impl SqliteStore {
     /// A session removed from the database while it was being read.
     fn gone(&self, id: &str) -> Refusal {
         Refusal::Unavailable {
-            errno: libc::ENOENT,
+            cause: Cause::Removed,
             reason: format!(
                 "session {id:?} no longer exists in session database at \"{}\"",
                 self.path.display()
