@@ -10,6 +10,8 @@
 //!   errors that carry an errno and a sentence.
 //! - [`fuse_adapter`]: the thin fuser adapter; [`fuse_device`]: why `/dev/fuse`
 //!   cannot be opened, said before mounting.
+//!
+//! Beside them, used by every layer: [`sync`] (locks that outlive a panic).
 
 pub mod bytes;
 pub mod cli;
@@ -24,4 +26,5 @@ pub mod mountinfo;
 pub mod random;
 pub mod render;
 pub mod store;
+pub mod sync;
 pub mod view;

@@ -7,8 +7,9 @@ use std::time::{Duration, SystemTime};
 
 use super::inode::{Ino, Node};
 use super::table::Slot;
-use super::{Attr, Kind, SessionFs, lock, mount_name};
+use super::{Attr, Kind, SessionFs, mount_name};
 use crate::error::{Error, Result};
+use crate::sync::lock;
 use crate::view::SessionView;
 
 /// A directory readable by a class can also be searched by it.

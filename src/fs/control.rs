@@ -7,11 +7,12 @@ use std::time::SystemTime;
 use super::inode::{Ino, Node};
 use super::table::{Listed, Slot};
 use super::writeback::FlushScope;
-use super::{Attr, NAME_MAX, SessionFs, lock, mount_name};
+use super::{Attr, NAME_MAX, SessionFs, mount_name};
 use crate::error::Error;
 use crate::model::ids::encode_segment;
 use crate::render::format_time;
 use crate::store::{Catalog, Listing, SessionKey};
+use crate::sync::lock;
 
 /// A fork this mount made.
 #[derive(Clone, Debug, PartialEq, Eq)]

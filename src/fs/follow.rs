@@ -18,10 +18,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::table::Slot;
-use super::{SessionFs, lock, mount_name};
+use super::{SessionFs, mount_name};
 use crate::model::ids::decode_segment;
 use crate::store::Backend;
 use crate::store::watch::Watcher;
+use crate::sync::lock;
 
 /// How often polled sessions are checked.
 pub const POLL_EVERY: Duration = Duration::from_millis(500);

@@ -11,9 +11,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::inode::{Ino, Node};
-use super::{Attr, ReadData, SessionFs, lock};
+use super::{Attr, ReadData, SessionFs};
 use crate::bytes::Bytes;
 use crate::error::{Error, Result};
+use crate::sync::lock;
 use crate::view::Content;
 
 struct Handle {

@@ -44,7 +44,7 @@ mod streaming;
 mod table;
 pub mod writeback;
 
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::bytes::{Bytes, Slice};
@@ -52,6 +52,7 @@ use crate::error::{Error, Result};
 use crate::model::ids::encode_segment;
 use crate::store::memory::MemoryStore;
 use crate::store::{Backend, Listing, SessionKey};
+use crate::sync::lock;
 use crate::view::{Content, FileId, SessionView};
 use inode::{Ino, Node};
 use table::{Slot, Table};
@@ -170,10 +171,6 @@ pub struct SessionFs {
     follow: follow::Follow,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 const SESSION_FILES: [(&str, Node, Kind); 11] = [
     ("header.json", Node::Header, Kind::File),
     ("events", Node::Events, Kind::Dir),
@@ -225,11 +222,11 @@ impl SessionFs {
     }
 
     fn table(&self) -> RwLockReadGuard<'_, Table> {
-        self.table.read().unwrap_or_else(|p| p.into_inner())
+        crate::sync::read(&self.table)
     }
 
     fn table_mut(&self) -> RwLockWriteGuard<'_, Table> {
-        self.table.write().unwrap_or_else(|p| p.into_inner())
+        crate::sync::write(&self.table)
     }
 
     fn backend_of(&self, slot: &Slot) -> (Arc<dyn Backend>, SessionKey) {

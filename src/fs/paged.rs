@@ -20,11 +20,12 @@ use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::SystemTime;
 
+use super::SessionFs;
 use super::inode::{Ino, Node};
 use super::table::Slot;
-use super::{SessionFs, lock};
 use crate::bytes::Bytes;
 use crate::store::Revision;
+use crate::sync::lock;
 use crate::view::SessionView;
 
 /// What `stat` needs of a dropped view's transcript.

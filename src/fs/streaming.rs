@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use super::inode::{Ino, Node};
 use super::table::Slot;
-use super::{DirEntry, Kind, SessionFs, lock};
+use super::{DirEntry, Kind, SessionFs};
+use crate::sync::lock;
 use crate::view::ScanProgress;
 
 /// Releases a scan's waiters however the build ends (a panic included).

@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use super::control::ForkLog;
 use super::paged::Spilled;
-use super::{NAME_MAX, SessionFs, lock, mount_name};
+use super::{NAME_MAX, SessionFs, mount_name};
 use crate::model::Refusal;
 use crate::model::ids::decode_segment;
 use crate::store::{Listing, SessionKey};
+use crate::sync::lock;
 use crate::view::{ScanProgress, SessionView};
 
 /// What the table keeps of a listed session: enough to list it, date it and

@@ -19,6 +19,7 @@ use crate::model::header::SessionHeader;
 use crate::render::format_time;
 use crate::store::memory::MemoryStore;
 use crate::store::{Backend, Checkpoint, SessionKey};
+use crate::sync;
 
 /// Called when a pending session became durable, with its key in the store.
 pub type DurableHook = Box<dyn Fn(&str, SessionKey) + Send + Sync>;
@@ -113,7 +114,7 @@ impl Writeback {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.state)
     }
 
     /// Accepts a new session: it is served from memory at once and written when
@@ -150,13 +151,9 @@ impl Writeback {
                         }
                         continue;
                     }
-                    state = self
-                        .wake
-                        .wait_timeout(state, deadline - now)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
+                    state = sync::wait_timeout(&self.wake, state, deadline - now);
                 }
-                _ => state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner()),
+                _ => state = sync::wait(&self.wake, state),
             }
         }
     }
@@ -235,7 +232,7 @@ impl Writeback {
 
     fn wait_for_writes<'a>(&'a self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         while state.writing {
-            state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner());
+            state = sync::wait(&self.wake, state);
         }
         state
     }

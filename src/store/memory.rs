@@ -13,6 +13,7 @@ use crate::store::{
     Catalog, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey, Source,
     Watched, Writer, find_row,
 };
+use crate::sync;
 
 #[derive(Default)]
 pub struct MemoryStore {
@@ -21,15 +22,12 @@ pub struct MemoryStore {
 
 impl MemoryStore {
     pub fn insert(&self, header: SessionHeader, events: Vec<JsonMap>) {
-        let mut sessions = self.sessions.write().unwrap_or_else(|p| p.into_inner());
+        let mut sessions = sync::write(&self.sessions);
         sessions.insert(header.id.clone(), (header, events));
     }
 
     pub fn remove(&self, id: &str) {
-        self.sessions
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        sync::write(&self.sessions).remove(id);
     }
 
     fn with<T>(
@@ -40,7 +38,7 @@ impl MemoryStore {
         let SessionKey::Row(id) = key else {
             return Err(Refusal::Corrupt("not a pending session".into()));
         };
-        let sessions = self.sessions.read().unwrap_or_else(|p| p.into_inner());
+        let sessions = sync::read(&self.sessions);
         let (header, events) = sessions
             .get(id)
             .ok_or_else(|| Refusal::Corrupt(format!("pending session {id:?} is gone")))?;
@@ -54,7 +52,7 @@ impl Catalog for MemoryStore {
     }
 
     fn list(&self) -> Vec<Listing> {
-        let sessions = self.sessions.read().unwrap_or_else(|p| p.into_inner());
+        let sessions = sync::read(&self.sessions);
         sessions
             .iter()
             .map(|(id, (header, _))| Listing::of(header.clone(), SessionKey::Row(id.clone())))
@@ -62,10 +60,7 @@ impl Catalog for MemoryStore {
     }
 
     fn contains(&self, id: &str) -> bool {
-        self.sessions
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(id)
+        sync::read(&self.sessions).contains_key(id)
     }
 
     fn find(&self, id: &str) -> Vec<Listing> {

@@ -388,7 +388,7 @@ fn decode_batches(
 ) {
     let mut decoder = FrameDecoder::new();
     loop {
-        let next = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
+        let next = crate::sync::lock(queue).recv();
         let Ok(work) = next else { return };
         let mut batch = Batch::default();
         match &mut decoder {

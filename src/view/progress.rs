@@ -9,6 +9,7 @@
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use crate::render::event_file;
+use crate::sync;
 
 /// How many events the scan folds between two publications.
 pub const PUBLISH_EVERY: usize = 8192;
@@ -32,7 +33,7 @@ pub struct ScanProgress {
 
 impl ScanProgress {
     fn lock(&self) -> MutexGuard<'_, Published> {
-        self.published.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.published)
     }
 
     /// Publishes the events scanned since the last call: their types (indices
@@ -64,10 +65,7 @@ impl ScanProgress {
     pub fn started(&self) -> Option<i64> {
         let mut published = self.lock();
         while published.types.is_empty() && !published.finished {
-            published = self
-                .changed
-                .wait(published)
-                .unwrap_or_else(|p| p.into_inner());
+            published = sync::wait(&self.changed, published);
         }
         match published.finished {
             true => None,
@@ -83,10 +81,7 @@ impl ScanProgress {
         let want = from.saturating_add(limit as u64);
         let mut published = self.lock();
         while (published.types.len() as u64) < want && !published.finished {
-            published = self
-                .changed
-                .wait(published)
-                .unwrap_or_else(|p| p.into_inner());
+            published = sync::wait(&self.changed, published);
         }
         let end = (published.types.len() as u64).min(want);
         if from >= end || published.finished {

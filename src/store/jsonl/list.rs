@@ -12,11 +12,12 @@ use serde_json::Value;
 use super::record::{Line, read_line};
 use super::write::Encoding;
 use super::zstd::read_zstd_header;
-use super::{JsonlStore, MAX_HEADER_BYTES, RAW_NAME, ZSTD_NAME, is_zstd, lock};
+use super::{JsonlStore, MAX_HEADER_BYTES, RAW_NAME, ZSTD_NAME, is_zstd};
 use crate::model::Refusal;
 use crate::model::header::SessionHeader;
 use crate::model::ids::{decode_segment, encode_segment, project_dir};
 use crate::store::{Catalog, Listing, SessionKey, Watched};
+use crate::sync::lock;
 
 /// Session directories listed at a time.
 const LIST_PART: usize = 4096;

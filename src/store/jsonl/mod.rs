@@ -13,7 +13,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use crate::json::JsonMap;
 use crate::model::header::SessionHeader;
@@ -48,10 +48,6 @@ pub struct JsonlStore {
     without_log: Mutex<Vec<PathBuf>>,
     /// The encoding of new sessions, chosen by the first listing.
     new_encoding: OnceLock<Encoding>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn is_zstd(path: &Path) -> bool {

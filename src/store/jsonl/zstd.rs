@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::record::{LineScanner, LineStop};
 use super::{
-    DECODE_AHEAD_BYTES, JsonlStore, MAX_HEADER_BYTES, check_not_shorter, corrupt, io_refusal, lock,
+    DECODE_AHEAD_BYTES, JsonlStore, MAX_HEADER_BYTES, check_not_shorter, corrupt, io_refusal,
 };
 use crate::model::Refusal;
 use crate::store::tail::TailScanner;
@@ -19,6 +19,7 @@ use crate::store::zstd_frames::{
     scan_frame,
 };
 use crate::store::{EventLoc, EventSink, ScanEnd, ScanPoint};
+use crate::sync::lock;
 
 pub(super) struct CachedFrame {
     path: PathBuf,
