@@ -11,8 +11,8 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sessionfs::json::JsonMap;
@@ -25,9 +25,9 @@ use sessionfs::store::zstd_frames::{
     scan_frame,
 };
 use sessionfs::store::{
-    Backend, Catalog, EventLoc, ScanEnd, ScanPoint, SessionKey, Source, Writer,
+    Backend, Catalog, EventLoc, Listing, ScanEnd, ScanPoint, SessionKey, Source, Writer,
 };
-use sessionfs::view::{SessionView, ViewFile};
+use sessionfs::view::{FileId, Refused, SessionSource, SessionView};
 
 /// Tests that need hundreds of MiB take turns, so the suite's peak stays near one of them.
 static BIG: Mutex<()> = Mutex::new(());
@@ -491,28 +491,32 @@ fn replay_jsonl(label: &str, bytes: &[u8]) -> (SessionView, Option<SessionView>)
     let session = dir.0.join(project).join(segment);
     std::fs::create_dir_all(&session).unwrap();
     std::fs::write(session.join("session.jsonl"), bytes).unwrap();
-    let store = JsonlStore::open(&dir.0).unwrap();
+    let store = Arc::new(JsonlStore::open(&dir.0).unwrap());
     let listing = store.list().into_iter().next().expect("listed");
-    let _ = scan(&store, &listing.key);
-    let mut view = SessionView::load(&store, &listing, Duration::ZERO);
-    let key = view.key.clone();
-    let plan = view.repair_plan(&store);
-    if let Some(indexed) = view.indexed_mut() {
+    let _ = scan(store.as_ref(), &listing.key);
+    let open = |listing: &Listing| {
+        let source = SessionSource::new(store.clone(), listing.key.clone());
+        let refused = listing.header.as_ref().err().cloned().map(Refused::Header);
+        SessionView::open(source, &listing.id, refused, Duration::ZERO, None)
+    };
+    let mut view = open(&listing);
+    let plan = view.repair_plan();
+    if view.indexed().is_some() {
         for which in [
-            ViewFile::Header,
-            ViewFile::Surface,
-            ViewFile::Transcript,
-            ViewFile::Index,
+            FileId::Header,
+            FileId::Surface,
+            FileId::Transcript,
+            FileId::Index,
         ] {
-            indexed
-                .file(&store, &key, which)
+            view.file(which)
+                .expect("a readable session has it")
                 .expect("a readable session renders");
         }
     }
     let repaired = plan.and_then(|(keep, revision, tail)| {
-        store.repair(&key, &keep, &revision, &tail).ok()?;
+        store.repair(&listing.key, &keep, &revision, &tail).ok()?;
         let listing = store.list().into_iter().next().expect("still listed");
-        Some(SessionView::load(&store, &listing, Duration::ZERO))
+        Some(open(&listing))
     });
     (view, repaired)
 }
@@ -570,11 +574,13 @@ fn f1_a_repair_never_makes_a_readable_session_unreadable() {
         );
         // Closers that would not read back are not written: the session stays
         // readable, its last turn open.
-        if let Some(repaired) = repaired {
+        if let Some(mut repaired) = repaired {
             assert!(
                 repaired.indexed().is_some(),
                 "{file:?} after its repair: {}",
-                String::from_utf8_lossy(&repaired.error_text().unwrap_or_default())
+                repaired.file(FileId::Error).map_or(String::new(), |error| {
+                    String::from_utf8_lossy(&error.unwrap().bytes.to_vec()).into_owned()
+                })
             );
         }
     }

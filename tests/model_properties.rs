@@ -6,13 +6,14 @@
 mod common;
 
 use common::Rng;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use sessionfs::model::header::SessionHeader;
+use sessionfs::store::SessionKey;
 use sessionfs::store::memory::MemoryStore;
-use sessionfs::store::{Backend, Listing, SessionKey};
-use sessionfs::view::{SessionView, ViewFile};
+use sessionfs::view::{FileId, SessionSource, SessionView};
 
 /// The log under construction, with a naive reference fold beside it.
 struct Log {
@@ -200,20 +201,17 @@ fn derived_views_equal_a_naive_reference_fold() {
             .map(|e| e.as_object().expect("object").clone())
             .collect();
         store.insert(header(&id), events);
-        let key = SessionKey::Row(id.clone());
-        let listing = Listing::of(header(&id), key.clone());
-        let mut view = SessionView::load(&store, &listing, Duration::ZERO);
+        let source = SessionSource::new(Arc::new(store), SessionKey::Row(id.clone()));
+        let mut view = SessionView::open(source, &id, None, Duration::ZERO, None);
         assert!(
-            view.error_text().is_none(),
+            view.file(FileId::Error).is_none(),
             "seed {seed}: {:?}",
-            view.error_text().map(String::from_utf8)
+            view.file(FileId::Error)
+                .map(|e| String::from_utf8(e.unwrap().bytes.to_vec()))
         );
-        let indexed = view.indexed_mut().expect("indexed");
-        let backend: &dyn Backend = &store;
+        let mut file = |which| view.file(which).expect("a readable session has it");
 
-        let surface = indexed
-            .file(backend, &key, ViewFile::Surface)
-            .expect("surface");
+        let surface = file(FileId::Surface).expect("surface");
         let got: Vec<Value> = std::str::from_utf8(&surface.bytes.to_vec())
             .expect("utf8")
             .lines()
@@ -222,9 +220,7 @@ fn derived_views_equal_a_naive_reference_fold() {
         let want: Vec<Value> = log.surface.iter().filter_map(|(_, m)| m.clone()).collect();
         assert_eq!(got, want, "seed {seed}: surface");
 
-        let transcript = indexed
-            .file(backend, &key, ViewFile::Transcript)
-            .expect("transcript");
+        let transcript = file(FileId::Transcript).expect("transcript");
         let transcript = String::from_utf8(transcript.bytes.to_vec()).expect("utf8");
         let mut at = 0;
         for text in &log.user_texts {
@@ -234,7 +230,7 @@ fn derived_views_equal_a_naive_reference_fold() {
             at += found;
         }
 
-        let index = indexed.file(backend, &key, ViewFile::Index).expect("index");
+        let index = file(FileId::Index).expect("index");
         let rows: Vec<Value> = std::str::from_utf8(&index.bytes.to_vec())
             .expect("utf8")
             .lines()

@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::Rng;
@@ -21,8 +22,9 @@ use sessionfs::model::fold::SessionFold;
 use sessionfs::model::header::SessionHeader;
 use sessionfs::model::quick::{self, ChunkRun, Scanned};
 use sessionfs::render::event_file;
+use sessionfs::store::Backend;
 use sessionfs::store::{EventLoc, ScanPoint};
-use sessionfs::view::{FileId, SessionView};
+use sessionfs::view::{FileId, Refused, SessionSource, SessionView};
 
 const TEXTS: &[&str] = &[
     "a",
@@ -640,7 +642,8 @@ fn every_fixture_event_is_sized_as_its_file_reads() {
     let legacy = ["../legacy/stores/jsonl", "../legacy/stores/jsonl-zstd"];
     for store in common::STORES.into_iter().chain(legacy) {
         let copy = common::store_copy(store);
-        let backend = sessionfs::store::open(&copy.path).expect("store");
+        let backend: Arc<dyn Backend> =
+            Arc::from(sessionfs::store::open(&copy.path).expect("store"));
         for listing in backend.list() {
             let mut chunks = Vec::new();
             let mut sink = |loc: EventLoc, scanned: Scanned| {
@@ -658,11 +661,13 @@ fn every_fixture_event_is_sized_as_its_file_reads() {
                 quick_chunks += 1;
             }
             // Quiet at once, so crashed logs show their synthetic closers.
-            let mut view = SessionView::load(backend.as_ref(), &listing, Duration::ZERO);
+            let source = SessionSource::new(backend.clone(), listing.key.clone());
+            let refused = listing.header.as_ref().err().cloned().map(Refused::Header);
+            let mut view = SessionView::open(source, &listing.id, refused, Duration::ZERO, None);
             for seq in 0..view.event_count() {
                 let which = FileId::Event(seq);
-                let size = view.file_size(backend.as_ref(), which).unwrap();
-                let bytes = view.file(backend.as_ref(), which).unwrap();
+                let size = view.file_size(which).unwrap();
+                let bytes = view.file(which).unwrap();
                 assert_eq!(
                     size.expect("size"),
                     bytes.expect("bytes").bytes.len() as u64,

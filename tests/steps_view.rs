@@ -4,12 +4,27 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 use sessionfs::json::deep_equal;
-use sessionfs::store::{self, Backend, Catalog};
-use sessionfs::view::{CallFile, SessionView};
+use sessionfs::store::{self, Backend, Catalog, Listing};
+use sessionfs::view::{CallFile, FileId, Refused, SessionSource, SessionView};
+
+/// Opens a listed session as the filesystem does.
+fn open(backend: &Arc<dyn Backend>, listing: &Listing, grace: Duration) -> SessionView {
+    let source = SessionSource::new(backend.clone(), listing.key.clone());
+    let refused = listing.header.as_ref().err().cloned().map(Refused::Header);
+    SessionView::open(source, &listing.id, refused, grace, None)
+}
+
+/// The bytes of one file of model call `index`.
+fn call_file(view: &mut SessionView, index: usize, file: CallFile) -> Vec<u8> {
+    let which = FileId::Call(index as u32, file);
+    let content = view.file(which).expect("the call has the file");
+    content.expect("the call file renders").bytes.to_vec()
+}
 
 fn expected_steps(id: &str) -> Option<Value> {
     let dir = common::fixtures().join("steps/expected");
@@ -42,36 +57,34 @@ fn assert_same(what: &str, got: &Value, want: &Value) {
 
 /// Checks every session of a store that has expected steps, but for those the
 /// format refuses, which must have none; returns how many were checked.
-fn check_store(backend: &dyn Backend, refused: &[&str]) -> usize {
+fn check_store(backend: &Arc<dyn Backend>, refused: &[&str]) -> usize {
     let mut checked = 0;
     for listing in backend.list() {
         let Some(expected) = expected_steps(&listing.id) else {
             continue;
         };
-        let mut view = SessionView::load(backend, &listing, Duration::from_secs(3600));
+        let mut view = open(backend, &listing, Duration::from_secs(3600));
         if refused.contains(&listing.id.as_str()) {
             assert!(view.indexed().is_none(), "{} is refused", listing.id);
             continue;
         }
-        let key = view.key.clone();
         let id = view.id.clone();
         let why = view
-            .error_text()
-            .map(|t| String::from_utf8_lossy(&t).into_owned());
-        let Some(indexed) = view.indexed_mut() else {
+            .file(FileId::Error)
+            .map(|t| String::from_utf8_lossy(&t.unwrap().bytes.to_vec()).into_owned());
+        let Some(indexed) = view.indexed() else {
             panic!("{id} is unreadable: {why:?}");
         };
         let want = expected_calls(&expected);
         assert_eq!(indexed.call_count(), want.len(), "{id}: number of calls");
         let mut names = Vec::new();
         for (index, want) in want.iter().enumerate() {
+            let indexed = view.indexed().expect("indexed");
             let name = indexed.call_name(index).unwrap();
             assert_eq!(indexed.call_by_name(&name), Some(index), "{id} {name}");
             let what = format!("{id} {name}");
-            let messages = indexed
-                .call_file(backend, &key, index, CallFile::Messages)
-                .expect("messages.jsonl");
-            let messages: Vec<Value> = String::from_utf8(messages.bytes.to_vec())
+            let messages = call_file(&mut view, index, CallFile::Messages);
+            let messages: Vec<Value> = String::from_utf8(messages)
                 .unwrap()
                 .lines()
                 .map(|line| serde_json::from_str(line).expect("a JSON line"))
@@ -81,11 +94,8 @@ fn check_store(backend: &dyn Backend, refused: &[&str]) -> usize {
                 &Value::from(messages),
                 &want["messages"],
             );
-            let request = indexed
-                .call_file(backend, &key, index, CallFile::Request)
-                .expect("request.json");
-            let request: Value =
-                serde_json::from_slice(&request.bytes.to_vec()).expect("request JSON");
+            let request = call_file(&mut view, index, CallFile::Request);
+            let request: Value = serde_json::from_slice(&request).expect("request JSON");
             for (field, expected_field) in [
                 ("turn", "turn"),
                 ("step", "step"),
@@ -131,7 +141,7 @@ fn every_fixture_call_matches_the_harness_in_every_store_format() {
         // A copy: opening an SQLite store adds -wal and -shm files beside it.
         let copy = common::store_copy(format);
         let backend = store::open(&copy.path).expect("store opens");
-        let checked = check_store(backend.as_ref(), refused);
+        let checked = check_store(&Arc::from(backend), refused);
         assert_eq!(checked, 15 - refused.len(), "{format}: sessions checked");
     }
 }
@@ -156,33 +166,24 @@ fn a_quiet_log_ending_before_a_response_shows_an_unanswered_call() {
         events,
     );
     let listing = store.list().remove(0);
+    let store: Arc<dyn Backend> = Arc::new(store);
 
-    let mut growing = SessionView::load(&store, &listing, Duration::from_secs(3600));
-    assert_eq!(growing.indexed_mut().unwrap().call_count(), 0);
+    let growing = open(&store, &listing, Duration::from_secs(3600));
+    assert_eq!(growing.indexed().unwrap().call_count(), 0);
 
-    let mut quiet = SessionView::load(&store, &listing, Duration::ZERO);
-    let key = quiet.key.clone();
-    let indexed = quiet.indexed_mut().unwrap();
+    let mut quiet = open(&store, &listing, Duration::ZERO);
+    let indexed = quiet.indexed().unwrap();
     assert_eq!(indexed.call_count(), 1);
     let name = indexed.call_name(0).unwrap();
     assert_eq!(name, "00000003-t1.s1");
     assert_eq!(indexed.call_by_name(&name), Some(0));
-    let request = indexed
-        .call_file(&store, &key, 0, CallFile::Request)
-        .unwrap();
-    let request: Value = serde_json::from_slice(&request.bytes.to_vec()).unwrap();
+    let request = call_file(&mut quiet, 0, CallFile::Request);
+    let request: Value = serde_json::from_slice(&request).unwrap();
     assert_eq!(request["responseLogged"], false);
     assert_eq!(request["boundarySeq"], 3);
     assert_eq!(request["firstResponseSeq"], Value::Null);
     assert!(request["note"].as_str().unwrap().contains("cannot tell"));
     assert_eq!(request["request"]["config"]["model"], "m");
-    let messages = indexed
-        .call_file(&store, &key, 0, CallFile::Messages)
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&messages.bytes.to_vec())
-            .lines()
-            .count(),
-        1
-    );
+    let messages = call_file(&mut quiet, 0, CallFile::Messages);
+    assert_eq!(String::from_utf8_lossy(&messages).lines().count(), 1);
 }

@@ -120,7 +120,8 @@ fuzz_target!(|data: &[u8]| {
 
     let store = MemoryStore::default();
     store.insert(header, events);
-    if let Some(listing) = store.list().first() {
-        check_view(&store, listing, false);
+    let listing = store.list().first().cloned();
+    if let Some(listing) = listing {
+        check_view(&std::sync::Arc::new(store), &listing, false);
     }
 });

@@ -197,6 +197,6 @@ fuzz_target!(|data: &[u8]| {
     let key = SessionKey::Row(id);
     check_scans(&store, &key);
     if let Some(listing) = store.list().into_iter().find(|l| l.key == key) {
-        check_view(&store, &listing, true);
+        check_view(&std::sync::Arc::new(store), &listing, true);
     }
 });

@@ -4,7 +4,7 @@
 //! stopped, a readable session renders every file, a repair leaves a clean log).
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -13,8 +13,8 @@ use sessionfs::model::Refusal;
 use sessionfs::model::header::SessionHeader;
 use sessionfs::model::ids::{encode_segment, project_dir};
 use sessionfs::store::jsonl::{JsonlStore, RAW_NAME, ZSTD_NAME};
-use sessionfs::store::{Backend, Catalog, EventLoc, Listing, ScanEnd, ScanPoint, SessionKey};
-use sessionfs::view::{SessionView, ViewFile};
+use sessionfs::store::{Backend, EventLoc, Listing, ScanEnd, ScanPoint, SessionKey};
+use sessionfs::view::{FileId, Refused, SessionSource, SessionView};
 
 /// A directory private to this process (on tmpfs when there is one). Scratch
 /// directories of fuzzers that are gone are removed on the way.
@@ -78,10 +78,11 @@ pub fn write_session(
 /// Opens the store at `root` (afresh, so no cache outlives the file it was
 /// filled from) and runs every check on the session at `path`.
 pub fn check_jsonl_session(root: &Path, path: &Path) {
-    let store = JsonlStore::open(root).expect("the fuzz store does not open");
+    let store: Arc<dyn Backend> =
+        Arc::new(JsonlStore::open(root).expect("the fuzz store does not open"));
     let key = SessionKey::File(path.canonicalize().unwrap_or_else(|_| path.to_path_buf()));
     let listing = store.list().into_iter().find(|l| l.key == key);
-    check_scans(&store, &key);
+    check_scans(store.as_ref(), &key);
     if let Some(listing) = listing {
         check_view(&store, &listing, true);
     }
@@ -173,34 +174,47 @@ pub fn known_closer_refusal(refusal: &Refusal) {
     assert!(f1, "a crash-repair closer is refused: {message}");
 }
 
+/// Opens a listed session as the filesystem does, quiet at once.
+fn open(store: &Arc<dyn Backend>, listing: &Listing) -> SessionView {
+    let source = SessionSource::new(store.clone(), listing.key.clone());
+    let refused = listing.header.as_ref().err().cloned().map(Refused::Header);
+    SessionView::open(source, &listing.id, refused, Duration::ZERO, None)
+}
+
 /// Loads the session as the filesystem does and renders every file of it.
 /// With `repair`, a repair plan is applied and the repaired session must load
 /// with nothing torn and no turn left open.
-pub fn check_view(store: &dyn Backend, listing: &Listing, repair: bool) {
-    let mut view = SessionView::load(store, listing, Duration::ZERO);
-    let _ = view.error_text();
+pub fn check_view(store: &Arc<dyn Backend>, listing: &Listing, repair: bool) {
+    let mut view = open(store, listing);
+    let _ = view.file(FileId::Error);
     let _ = view.mtime();
     let _ = view.memory();
     let _ = view.header();
-    let key = view.key.clone();
-    let plan = view.repair_plan(store);
-    if let Some(indexed) = view.indexed_mut() {
+    let key = listing.key.clone();
+    let plan = view.repair_plan();
+    if view.indexed().is_some() {
         for which in [
-            ViewFile::Header,
-            ViewFile::Surface,
-            ViewFile::Transcript,
-            ViewFile::Index,
+            FileId::Header,
+            FileId::Surface,
+            FileId::Transcript,
+            FileId::Index,
         ] {
-            if let Err(refusal) = indexed.file(store, &key, which) {
-                panic!("{which:?} of a readable session does not render: {refusal}");
+            match view.file(which) {
+                Some(Ok(_)) => {}
+                Some(Err(refusal)) => {
+                    panic!("{which:?} of a readable session does not render: {refusal}")
+                }
+                None => panic!("a readable session has no {which:?}"),
             }
         }
+    }
+    if let Some(indexed) = view.indexed() {
         let total = indexed.stored_count() + indexed.closers().len() as u64;
         for i in 0..total.min(512) {
             let _ = indexed.event_type(i);
             let _ = indexed.event_name(i);
             let _ = indexed.event_time(i);
-            if let Err(refusal) = indexed.event(store, &key, i) {
+            if let Err(refusal) = view.event(i) {
                 panic!("event {i} of a readable session cannot be read: {refusal}");
             }
         }
@@ -214,7 +228,7 @@ pub fn check_view(store: &dyn Backend, listing: &Listing, repair: bool) {
             }
         }
     }
-    let _ = view.refresh(store);
+    let _ = view.refresh();
     if !repair {
         return;
     }
@@ -229,7 +243,7 @@ pub fn check_view(store: &dyn Backend, listing: &Listing, repair: bool) {
         .into_iter()
         .find(|l| l.key == key)
         .expect("the repaired session is no longer listed");
-    let repaired = SessionView::load(store, &relisted, Duration::ZERO);
+    let mut repaired = open(store, &relisted);
     match repaired.indexed() {
         Some(indexed) => {
             assert!(
@@ -246,8 +260,8 @@ pub fn check_view(store: &dyn Backend, listing: &Listing, repair: bool) {
         None => panic!(
             "the session was readable but is not after its repair: {:?}",
             repaired
-                .error_text()
-                .map(|t| String::from_utf8_lossy(&t).into_owned())
+                .file(FileId::Error)
+                .map(|t| String::from_utf8_lossy(&t.unwrap().bytes.to_vec()).into_owned())
         ),
     }
 }

@@ -51,18 +51,18 @@ impl SessionFs {
         if let Some(umask) = self.config.umask {
             return 0o444 & !umask;
         }
-        let (known, key, pending) = {
+        let (known, source, pending) = {
             let listed = lock(&slot.listed);
-            (listed.read_bits, listed.key.clone(), listed.pending)
+            (listed.read_bits, listed.source.clone(), listed.pending)
         };
         if let Some(bits) = known {
             return bits;
         }
         let bits = match pending {
             true => 0o400,
-            false => self
-                .store
-                .mode(&key)
+            false => source
+                .backend
+                .mode(&source.key)
                 .map_or(0o444, |mode| (mode & 0o444) as u16),
         };
         lock(&slot.listed).read_bits = Some(bits);
@@ -156,8 +156,7 @@ impl SessionFs {
                     let which = super::file_id(node)
                         .ok_or_else(|| Error::IsDir("not a regular file".into()))?;
                     // An event's size is kept from the scan: nothing is rendered.
-                    let (backend, _) = self.backend_of(&slot);
-                    let size = view.file_size(backend.as_ref(), which).ok_or_else(|| {
+                    let size = view.file_size(which).ok_or_else(|| {
                         Error::NotFound(format!("{} has no such file", slot.name))
                     })??;
                     let mtime = match node {

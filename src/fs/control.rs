@@ -169,7 +169,6 @@ impl SessionFs {
     fn fork(&self, slot: &Slot, data: &[u8]) -> crate::error::Result<ForkRecord> {
         let (boundary, name) =
             crate::model::fork::parse_fork_command(data).map_err(Error::Invalid)?;
-        let (backend, key) = self.backend_of(slot);
         let (parent_header, seed) = self.with_view(slot, |view| {
             let indexed = view.indexed().ok_or_else(|| {
                 Error::Invalid(format!(
@@ -184,7 +183,7 @@ impl SessionFs {
                 .check(boundary)
                 .map_err(|refusal| Error::Invalid(refusal.to_string()))?;
             let seed = (0..=boundary)
-                .map(|seq| indexed.event(backend.as_ref(), &key, seq))
+                .map(|seq| view.event(seq))
                 .collect::<std::result::Result<Vec<_>, _>>()?;
             Ok::<_, Error>((indexed.header().clone(), seed))
         })??;
@@ -227,8 +226,8 @@ impl SessionFs {
         }
         let listing = Listing::of(header.clone(), SessionKey::Row(child_id.clone()));
         self.writeback.submit(header, events);
-        self.table_mut()
-            .add(name, &child_id, Listed::of(listing, true), None);
+        let listed = Listed::of(listing, self.memory.clone(), true);
+        self.table_mut().add(name, &child_id, listed, None);
         log::info!(
             "forked session {:?} through seq {boundary} into {child_id:?}",
             slot.id

@@ -122,7 +122,7 @@ impl Follow {
             if listed.pending {
                 return;
             }
-            listed.key.clone()
+            listed.source.key.clone()
         };
         let dir = store.session_dir(&key);
         let mut watches = lock(&self.watches);
@@ -291,7 +291,6 @@ impl SessionFs {
         if lock(&slot.refusal).is_some() || slot.is_gone() {
             return;
         }
-        let (backend, _) = self.backend_of(&slot);
         let Ok(mut guard) = slot.view.try_lock() else {
             lock(&self.follow.watches).retry.insert(number);
             return;
@@ -299,7 +298,7 @@ impl SessionFs {
         let Some(view) = guard.as_mut() else { return };
         *lock(&slot.checked) = Instant::now();
         let was_readable = view.indexed().is_some();
-        let mut refreshed = view.refresh(backend.as_ref());
+        let mut refreshed = view.refresh();
         if self.config.repair && !lock(&slot.listed).pending {
             refreshed |= self.repair(&slot, view);
         }

@@ -53,9 +53,9 @@ use crate::model::ids::encode_segment;
 use crate::store::memory::MemoryStore;
 use crate::store::{Backend, Listing, SessionKey};
 use crate::sync::lock;
-use crate::view::{Content, FileId, SessionView};
+use crate::view::{Content, FileId, Refused, SessionView};
 use inode::{Ino, Node};
-use table::{Slot, Table};
+use table::{Listed, Slot, Table};
 use writeback::Writeback;
 
 /// How the mount presents files.
@@ -229,17 +229,6 @@ impl SessionFs {
         crate::sync::write(&self.table)
     }
 
-    fn backend_of(&self, slot: &Slot) -> (Arc<dyn Backend>, SessionKey) {
-        let listed = lock(&slot.listed);
-        match listed.pending {
-            false => (self.store.clone(), listed.key.clone()),
-            true => (
-                self.memory.clone() as Arc<dyn Backend>,
-                SessionKey::Row(slot.id.clone()),
-            ),
-        }
-    }
-
     /// A pending child became durable: serve it from the store from now on.
     fn made_durable(&self, id: &str, key: SessionKey) {
         let Some(slot) = self.slot_by_id(id).and_then(|n| self.slot(n).ok()) else {
@@ -255,7 +244,7 @@ impl SessionFs {
                 mode: None,
             },
         };
-        Self::reread(&slot, listing);
+        Self::reread(&slot, Listed::of(listing, self.store.clone(), false));
         self.forget_view(slot.number);
     }
 
@@ -312,33 +301,29 @@ impl SessionFs {
         f: impl FnOnce(&mut SessionView) -> T,
     ) -> Result<T> {
         let mut guard = lock(&slot.view);
-        let (backend, _) = self.backend_of(slot);
         match guard.as_mut() {
             None => {
-                let (key, unreadable) = {
+                let (source, unreadable) = {
                     let listed = lock(&slot.listed);
-                    (listed.key.clone(), listed.unreadable.clone())
+                    (listed.source.clone(), listed.unreadable.clone())
                 };
-                let refusal = lock(&slot.refusal).clone();
+                let refused = match lock(&slot.refusal).clone() {
+                    Some(reason) => Some(Refused::External(reason)),
+                    None => unreadable.map(|why| Refused::Header(why.into())),
+                };
                 // Names are published while the scan runs (`streaming`); waiters
                 // are released however the build ends.
                 let progress = lock(&slot.progress)
                     .get_or_insert_with(Default::default)
                     .clone();
                 let finished = streaming::FinishOnDrop(progress.clone());
-                let view = match refusal {
-                    Some(reason) => {
-                        SessionView::refused(&slot.id, &key, backend.header(&key).ok(), reason)
-                    }
-                    None => SessionView::open_publishing(
-                        backend.as_ref(),
-                        &slot.id,
-                        &key,
-                        unreadable.as_deref(),
-                        self.config.grace,
-                        Some(&progress),
-                    ),
-                };
+                let view = SessionView::open(
+                    source,
+                    &slot.id,
+                    refused,
+                    self.config.grace,
+                    Some(&progress),
+                );
                 drop(finished);
                 *lock(&slot.progress) = None;
                 if let Some(reason) = view_refusal(&view) {
@@ -351,10 +336,10 @@ impl SessionFs {
             }
             Some(view) => {
                 let mut checked = lock(&slot.checked);
-                if checked.elapsed() >= max_age && lock(&slot.refusal).is_none() {
+                if checked.elapsed() >= max_age {
                     *checked = Instant::now();
                     drop(checked);
-                    if view.refresh(backend.as_ref()) {
+                    if view.refresh() {
                         lock(&self.stale).extend(Self::session_inodes(slot.number, view));
                     }
                 }
@@ -403,15 +388,6 @@ impl SessionFs {
         self.follow.unwatch_session(number);
     }
 
-    /// The bytes of one generated file of a session whose view is locked.
-    fn view_file(&self, slot: &Slot, view: &mut SessionView, which: FileId) -> Result<Content> {
-        let (backend, _) = self.backend_of(slot);
-        match view.file(backend.as_ref(), which) {
-            Some(content) => Ok(content?),
-            None => Err(Error::NotFound(format!("{} has no such file", slot.name))),
-        }
-    }
-
     /// The current bytes of a generated file: what `read` serves and `stat` sizes.
     fn file_content(&self, ino: Ino) -> Result<Content> {
         self.file_content_checked(ino, self.config.recheck)
@@ -435,7 +411,10 @@ impl SessionFs {
                 return Err(Error::NotFound(format!("{} has no such file", slot.name)));
             }
             Self::check_current(&slot, view, node)?;
-            self.view_file(&slot, view, which)
+            match view.file(which) {
+                Some(content) => Ok(content?),
+                None => Err(Error::NotFound(format!("{} has no such file", slot.name))),
+            }
         })?
     }
 
@@ -467,10 +446,11 @@ impl SessionFs {
     /// Writes a quiet session's crash repair into the store (`-o repair`), the way
     /// the Harness's own load would, so the Harness later resumes it balanced.
     fn repair(&self, slot: &Slot, view: &mut SessionView) -> bool {
-        let Some((keep, revision, tail)) = view.repair_plan(self.store.as_ref()) else {
+        let Some((keep, revision, tail)) = view.repair_plan() else {
             return false;
         };
-        match self.store.repair(&view.key, &keep, &revision, &tail) {
+        let source = view.source();
+        match source.backend.repair(&source.key, &keep, &revision, &tail) {
             Ok(()) => {
                 log::info!(
                     "repaired session {:?}: kept {} stored events, appended {} events",
@@ -478,7 +458,7 @@ impl SessionFs {
                     keep.events,
                     tail.len()
                 );
-                view.refresh(self.store.as_ref())
+                view.refresh()
             }
             Err(e) => {
                 log::warn!("could not repair session {:?}: {e}", slot.id);

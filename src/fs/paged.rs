@@ -107,8 +107,8 @@ impl SessionFs {
         if loaded {
             return None;
         }
-        let (backend, key) = self.backend_of(slot);
-        if backend.revision(&key).ok().as_ref() != Some(&record.revision) {
+        let source = lock(&slot.listed).source.clone();
+        if source.revision().ok().as_ref() != Some(&record.revision) {
             *lock(&slot.spilled) = None;
             return None;
         }

@@ -17,15 +17,16 @@ use super::paged::Spilled;
 use super::{NAME_MAX, SessionFs, mount_name};
 use crate::model::Refusal;
 use crate::model::ids::decode_segment;
-use crate::store::{Listing, SessionKey};
+use crate::store::{Backend, Listing};
 use crate::sync::lock;
-use crate::view::{ScanProgress, SessionView};
+use crate::view::{ScanProgress, SessionSource, SessionView};
 
 /// What the table keeps of a listed session: enough to list it, date it and
 /// place it under its parent. The header itself is read again when the
 /// session is used, so an untouched session costs a few hundred bytes.
 pub(super) struct Listed {
-    pub key: SessionKey,
+    /// Where the session is read from: paired with its store once, here.
+    pub source: SessionSource,
     pub created_at: i64,
     pub parent: Option<Box<str>>,
     /// Why the listing could not read its header.
@@ -37,7 +38,8 @@ pub(super) struct Listed {
 }
 
 impl Listed {
-    pub fn of(listing: Listing, pending: bool) -> Listed {
+    /// A listing of `backend`'s; `pending` for a fork child not yet durable.
+    pub fn of(listing: Listing, backend: Arc<dyn Backend>, pending: bool) -> Listed {
         let read_bits = listing.mode.map(|mode| (mode & 0o444) as u16);
         let (created_at, parent, unreadable) = match listing.header {
             Ok(header) => (
@@ -48,7 +50,7 @@ impl Listed {
             Err(why) => (0, None, Some(why.into_boxed_str())),
         };
         Listed {
-            key: listing.key,
+            source: SessionSource::new(backend, listing.key),
             created_at,
             parent,
             unreadable,
@@ -226,7 +228,8 @@ impl SessionFs {
                         Some(number) => number,
                         None => {
                             let id = first.id.clone();
-                            table.add(raw, &id, Listed::of(first, false), None)
+                            let listed = Listed::of(first, self.store.clone(), false);
+                            table.add(raw, &id, listed, None)
                         }
                     };
                     table.stamp(number, generation);
@@ -247,9 +250,7 @@ impl SessionFs {
             // Not a verdict that every session is gone: remove nothing.
             log::warn!("cannot list the store now: {refusal}");
             drop(_listing);
-            for (slot, listing) in moved {
-                Self::reread(&slot, listing);
-            }
+            self.reread_moved(moved);
             return;
         }
         // Sessions removed from the store leave the listing; fork children not
@@ -288,8 +289,12 @@ impl SessionFs {
         table.listed_at = Some(Instant::now());
         table.listed_revision = revision;
         drop(table);
+        self.reread_moved(moved);
+    }
+
+    fn reread_moved(&self, moved: Vec<(Arc<Slot>, Listing)>) {
         for (slot, listing) in moved {
-            Self::reread(&slot, listing);
+            Self::reread(&slot, Listed::of(listing, self.store.clone(), false));
         }
     }
 
@@ -301,9 +306,9 @@ impl SessionFs {
     /// Serves a slot from another stored artifact from now on. Listing and
     /// source change together under the view's lock, so no reader pairs one
     /// with the other.
-    pub(super) fn reread(slot: &Slot, listing: Listing) {
+    pub(super) fn reread(slot: &Slot, listed: Listed) {
         let mut view = lock(&slot.view);
-        *lock(&slot.listed) = Listed::of(listing, false);
+        *lock(&slot.listed) = listed;
         *view = None;
     }
 
@@ -334,21 +339,21 @@ impl SessionFs {
                 generation.is_some_and(|g| slot.seen.swap(g, Ordering::Relaxed) == g);
             if seen_in_this_listing {
                 // The same id in another part of this listing: a duplicate.
-                let mut keys = vec![lock(&slot.listed).key.describe()];
+                let mut keys = vec![lock(&slot.listed).source.key.describe()];
                 keys.extend(group.iter().map(|l| l.key.describe()));
                 *lock(&slot.refusal) = Some(duplicate(id, &keys));
                 moved_slots.push((slot, group.remove(0)));
             } else if group.len() == 1 {
                 let listing = group.remove(0);
                 let mut listed = lock(&slot.listed);
-                if listed.pending || listed.key != listing.key {
+                if listed.pending || listed.source.key != listing.key {
                     // Durable now, or stored again under another artifact: read
                     // it afresh, once the table is unlocked (a view is never
                     // awaited under it).
                     drop(listed);
                     moved_slots.push((slot, listing));
                 } else {
-                    *listed = Listed::of(listing, false);
+                    *listed = Listed::of(listing, self.store.clone(), false);
                 }
             }
             return Some(number);
@@ -358,7 +363,12 @@ impl SessionFs {
             duplicate(id, &keys)
         });
         let listing = group.remove(0);
-        let number = table.add(name, id, Listed::of(listing, false), refusal);
+        let number = table.add(
+            name,
+            id,
+            Listed::of(listing, self.store.clone(), false),
+            refusal,
+        );
         if let Some(generation) = generation {
             table.stamp(number, generation);
         }

@@ -8,6 +8,7 @@ pub mod transcript;
 use serde_json::{Map, Value};
 
 use crate::json::{JsonMap, compact_line, pretty_line};
+use crate::model::Refusal;
 use crate::model::fold::SessionFold;
 use crate::model::header::SessionHeader;
 
@@ -65,23 +66,57 @@ pub enum Standing {
     LogOnly,
 }
 
+/// `surface.jsonl`, and a model call's `messages.jsonl`: the message of each
+/// surface event `seqs` names, in order, one line each. `fetch` reads an event.
+pub fn surface_file(
+    seqs: impl IntoIterator<Item = u64>,
+    mut fetch: impl FnMut(u64) -> Result<JsonMap, Refusal>,
+) -> Result<Vec<u8>, Refusal> {
+    let mut out = Vec::new();
+    for seq in seqs {
+        if let Some(line) = surface_line(&fetch(seq)?) {
+            out.extend(line);
+        }
+    }
+    Ok(out)
+}
+
+/// What `index.jsonl` says of one event (spec §13).
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexRow<'a> {
+    pub seq: u64,
+    pub event_type: &'a str,
+    /// Unix milliseconds.
+    pub time: i64,
+    pub standing: Standing,
+    /// The seqs a replacement cites.
+    pub cites: Option<Value>,
+    /// Stored in a legacy shape and shown converted (spec §15).
+    pub converted: bool,
+    /// A synthetic crash closer, in no store.
+    pub synthetic: bool,
+}
+
+/// `index.jsonl`: one line per event, in seq order.
+pub fn index_file<'a>(
+    rows: impl IntoIterator<Item = Result<IndexRow<'a>, Refusal>>,
+) -> Result<Vec<u8>, Refusal> {
+    let mut out = Vec::new();
+    for row in rows {
+        out.extend(index_line(&row?));
+    }
+    Ok(out)
+}
+
 /// One `index.jsonl` line: seq, type, time, standing, and for replacements the
 /// seqs they cite; events stored in a legacy shape and synthetic crash closers
 /// say so.
-pub fn index_line(
-    seq: u64,
-    event_type: &str,
-    time: &Value,
-    standing: Standing,
-    cites: Option<&Value>,
-    converted: bool,
-    synthetic: bool,
-) -> Vec<u8> {
+fn index_line(row: &IndexRow) -> Vec<u8> {
     let mut map = Map::new();
-    map.insert("seq".into(), seq.into());
-    map.insert("type".into(), event_type.into());
-    map.insert("time".into(), time.clone());
-    let (name, by) = match standing {
+    map.insert("seq".into(), row.seq.into());
+    map.insert("type".into(), row.event_type.into());
+    map.insert("time".into(), row.time.into());
+    let (name, by) = match row.standing {
         Standing::Current => ("current", None),
         Standing::Shadowed { by } => ("shadowed", Some(by)),
         Standing::LogOnly => ("log-only", None),
@@ -90,16 +125,37 @@ pub fn index_line(
     if let Some(by) = by {
         map.insert("shadowedBy".into(), by.into());
     }
-    if let Some(cites) = cites {
+    if let Some(cites) = &row.cites {
         map.insert("cites".into(), cites.clone());
     }
-    if converted {
+    if row.converted {
         map.insert("converted".into(), true.into());
     }
-    if synthetic {
+    if row.synthetic {
         map.insert("synthetic".into(), true.into());
     }
     compact_line(&Value::Object(map))
+}
+
+/// The `error` file of a session that cannot be read: what is wrong and, for a
+/// reason found in the log or the store, what to do. A reason found outside
+/// the log (`external`, e.g. a duplicate id) already says what to do.
+pub fn error_file(reason: &Refusal, external: bool) -> Vec<u8> {
+    if external {
+        return format!("{}\n", reason.message()).into_bytes();
+    }
+    let advice = match reason {
+        Refusal::Unsupported(_) => {
+            "The log is intact, but this sessionfs reads only log format v0 and the event types it knows; open it with a newer harness."
+        }
+        Refusal::Corrupt(_) => {
+            "The stored log is damaged where it was already committed, so sessionfs shows no view of it rather than a wrong one; restore the file from a backup or inspect it by hand."
+        }
+        Refusal::Unavailable { .. } => {
+            "sessionfs could not read the store just now; this says nothing about the log's content. It is read again at the next access."
+        }
+    };
+    format!("{}\n{advice}\n", reason.message()).into_bytes()
 }
 
 /// Unix milliseconds as an RFC 3339 UTC timestamp, e.g. `2026-03-14T09:00:00.102Z`.

@@ -8,14 +8,13 @@
 
 use serde_json::{Map, Value};
 
-use super::{Content, Indexed};
+use super::{Content, Indexed, SessionSource};
 use crate::bytes::Bytes;
 use crate::json::pretty_line;
 use crate::model::Refusal;
 use crate::model::header::canonical_request_header;
 use crate::model::steps::{ModelCall, call_name};
-use crate::render::surface_line;
-use crate::store::{Backend, SessionKey};
+use crate::render::surface_file;
 
 /// The files of one call's directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -78,10 +77,9 @@ impl Indexed {
     }
 
     /// The bytes of one file of call `index`.
-    pub fn call_file(
+    pub(super) fn call_file(
         &mut self,
-        backend: &dyn Backend,
-        key: &SessionKey,
+        source: &SessionSource,
         index: usize,
         which: CallFile,
     ) -> Result<Content, Refusal> {
@@ -96,8 +94,12 @@ impl Indexed {
             .call(index)
             .ok_or_else(|| Refusal::Corrupt(format!("no model call {index}")))?;
         let bytes = match which {
-            CallFile::Messages => self.call_messages(backend, key, call)?,
-            CallFile::Request => self.call_request(backend, key, call)?,
+            // The messages derived from the surface at the boundary, in the
+            // form of `surface.jsonl`.
+            CallFile::Messages => surface_file(self.steps.surface_at(call.boundary_seq), |seq| {
+                self.event(source, seq)
+            })?,
+            CallFile::Request => self.call_request(source, call)?,
         };
         let content = Content {
             bytes: Bytes::from(bytes),
@@ -110,36 +112,13 @@ impl Indexed {
         Ok(content)
     }
 
-    /// `messages.jsonl`: the messages derived from the surface at the boundary,
-    /// in the form of `surface.jsonl`.
-    fn call_messages(
-        &self,
-        backend: &dyn Backend,
-        key: &SessionKey,
-        call: &ModelCall,
-    ) -> Result<Vec<u8>, Refusal> {
-        let mut out = Vec::new();
-        for seq in self.steps.surface_at(call.boundary_seq) {
-            let event = self.event(backend, key, seq)?;
-            if let Some(line) = surface_line(&event) {
-                out.extend(line);
-            }
-        }
-        Ok(out)
-    }
-
     /// `request.json`: where the call stands in the log, and the request header
     /// and context in force at its boundary, as `header.json` gives them.
-    fn call_request(
-        &self,
-        backend: &dyn Backend,
-        key: &SessionKey,
-        call: &ModelCall,
-    ) -> Result<Vec<u8>, Refusal> {
+    fn call_request(&self, source: &SessionSource, call: &ModelCall) -> Result<Vec<u8>, Refusal> {
         let fetch_data = |seq: Option<u64>| -> Result<Value, Refusal> {
             Ok(match seq {
                 Some(seq) => self
-                    .event(backend, key, seq)?
+                    .event(source, seq)?
                     .remove("data")
                     .unwrap_or(Value::Null),
                 None => Value::Null,
