@@ -1,6 +1,6 @@
 //! Attributes: one place decides each node's kind, size, mode and time. A
 //! generated file's size is the length of the bytes a read returns
-//! ([`SessionFs::file_content`]), control files included, so `cp`, `tar`,
+//! (`SessionFs::file`), control files included, so `cp`, `tar`,
 //! `rsync` and `mmap` copy exactly what `cat` shows.
 
 use std::time::{Duration, SystemTime};

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::inode::{Ino, Node};
@@ -113,7 +114,7 @@ impl SessionFs {
         } else if self.is_spilled(decoded) {
             None
         } else {
-            Some(self.file_content(decoded)?)
+            Some(self.file(decoded, self.config.recheck)?)
         };
         let fh = self.handles.insert(ino, content);
         // The page cache is shared by every open of an inode, so it could mix the
@@ -156,7 +157,7 @@ impl SessionFs {
         let mut content = match held {
             Some(content) => content,
             None => {
-                let content = self.file_content(decoded)?;
+                let content = self.file(decoded, self.config.recheck)?;
                 self.handles.advance(fh, content.clone());
                 content
             }
@@ -178,7 +179,7 @@ impl SessionFs {
         if self.is_spilled(ino) {
             return content;
         }
-        match self.file_content_now(ino) {
+        match self.file(ino, Duration::ZERO) {
             Ok(current)
                 if current.lineage == content.lineage
                     && current.bytes.len() > content.bytes.len()

@@ -388,19 +388,11 @@ impl SessionFs {
         self.follow.unwatch_session(number);
     }
 
-    /// The current bytes of a generated file: what `read` serves and `stat` sizes.
-    fn file_content(&self, ino: Ino) -> Result<Content> {
-        self.file_content_checked(ino, self.config.recheck)
-    }
-
-    /// A file's bytes as the store holds them this moment: a reader at the end
-    /// of a file asks, so the next read after an append returns its bytes.
-    /// Costs a check of the session's revision (a `stat`, or one row).
-    fn file_content_now(&self, ino: Ino) -> Result<Content> {
-        self.file_content_checked(ino, Duration::ZERO)
-    }
-
-    fn file_content_checked(&self, ino: Ino, max_age: Duration) -> Result<Content> {
+    /// The bytes of a generated file: what `read` serves and `stat` sizes, as
+    /// of a check of the store at most `max_age` ago. A reader at the end of a
+    /// file asks with `Duration::ZERO`, so the next read after an append
+    /// returns its bytes (a check costs a `stat`, or one row).
+    fn file(&self, ino: Ino, max_age: Duration) -> Result<Content> {
         let Ino::Session(number, node) = ino else {
             return Err(Error::IsDir("not a file".into()));
         };
