@@ -225,9 +225,13 @@ impl SessionFs {
             )));
         }
         let listing = Listing::of(header.clone(), SessionKey::Row(child_id.clone()));
-        self.writeback.submit(header, events);
+        // Served from memory, then in the table, then submitted: it may be
+        // written at once (a root flush), and making it durable moves its
+        // slot to the store, so the slot must be there by then.
+        self.memory.insert(header.clone(), events.clone());
         let listed = Listed::of(listing, self.memory.clone(), true);
         self.table_mut().add(name, &child_id, listed, None);
+        self.writeback.submit(header, events);
         log::info!(
             "forked session {:?} through seq {boundary} into {child_id:?}",
             slot.id

@@ -8,8 +8,8 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use super::inode::{Ino, Node};
 use super::{Attr, ReadData, SessionFs};

@@ -117,10 +117,10 @@ impl Writeback {
         sync::lock(&self.state)
     }
 
-    /// Accepts a new session: it is served from memory at once and written when
-    /// the window closes (or at the next flush).
+    /// Accepts a new session, which the caller already serves from the memory
+    /// store: it is written when the window closes (or at the next flush); with
+    /// no window, before this returns. Once durable it leaves the memory store.
     pub fn submit(&self, header: SessionHeader, events: Vec<JsonMap>) {
-        self.memory.insert(header.clone(), events.clone());
         let mut state = self.lock();
         state.paused = false;
         // A fixed window from the first pending write; later ones join it.
@@ -128,6 +128,17 @@ impl Writeback {
             state.deadline = Some(Instant::now() + self.window);
         }
         state.queue.push_back(Pending { header, events });
+        if self.window.is_zero() {
+            // No write-behind: written before the submitting request returns.
+            state.deadline = None;
+            let mut state = self.wait_for_writes(state);
+            let batch: Vec<Pending> = state.queue.drain(..).collect();
+            let (state, outcome) = self.write(state, batch, true);
+            if outcome.written > 0 {
+                drop(self.checkpoint(state));
+            }
+            return;
+        }
         self.wake.notify_all();
     }
 
