@@ -11,11 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Mount, StoreCopy, TempDir, binary, demo_copy};
-
-fn demo_store() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-store")
-}
+use common::{Mount, StoreCopy, TempDir, binary, demo_copy, demo_store};
 
 fn is_mounted(path: &Path) -> bool {
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();

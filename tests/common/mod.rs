@@ -72,15 +72,17 @@ pub struct StoreCopy {
     pub path: PathBuf,
 }
 
+/// `examples/demo-store`, the store the README's examples use (read-only: copy it).
+pub fn demo_store() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-store")
+}
+
 /// A writable copy of `examples/demo-store` (the store the README's examples
 /// use) at `<dir>/store`.
 pub fn demo_copy() -> StoreCopy {
     let dir = TempDir::new("demo-store");
     let path = dir.path().join("store");
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-store"),
-        &path,
-    );
+    copy_tree(&demo_store(), &path);
     StoreCopy { dir, path }
 }
 
@@ -320,6 +322,28 @@ impl Drop for Mount {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A path quoted for sh.
+pub fn quote(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', "'\\''"))
+}
+
+/// Runs a shell command as `nobody` (uid and gid 65534, no supplementary groups).
+pub fn as_nobody(command: &str) -> std::process::Output {
+    Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "sh",
+            "-c",
+            command,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv")
 }
 
 /// Reads a JSON file from the mount.
