@@ -1,10 +1,15 @@
 //! The one error type of the filesystem model: an errno for the syscall and a
 //! sentence for the user. Every errno choice is made here.
+//!
+//! Layers above name what went wrong, never an errno: a control command that
+//! is refused is [`Error::Invalid`], [`Error::Exists`] or [`Error::NameTooLong`];
+//! a session that cannot be read answers its [`Refusal`] (the store's own errno
+//! when it cannot be read just now); a failed system call is [`Error::io`].
+//! This file imports nothing above the model.
 
 use std::fmt;
 use std::io;
 
-use crate::fs::writeback::FlushError;
 use crate::model::{Cause, Refusal};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,6 +124,41 @@ impl From<FlushError> for Error {
 impl From<Refusal> for Error {
     fn from(refusal: Refusal) -> Error {
         Error::Unreadable(refusal)
+    }
+}
+
+/// The first write of a flush that failed, with the store's own error, so the
+/// errno it deserves (ENOSPC for a full disk) reaches the caller.
+#[derive(Debug)]
+pub struct FlushError {
+    pub session: String,
+    pub source: io::Error,
+}
+
+impl fmt::Display for FlushError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "writing session {:?} failed: {}",
+            self.session, self.source
+        )
+    }
+}
+
+impl std::error::Error for FlushError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+impl Error {
+    /// A system call of the filesystem's own failed while doing `what`: its
+    /// errno, as for a store write ([`io_errno`]).
+    pub fn io(what: &str, error: &io::Error) -> Error {
+        Error::Io {
+            errno: io_errno(error),
+            message: format!("{what}: {error}"),
+        }
     }
 }
 

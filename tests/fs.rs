@@ -1045,3 +1045,35 @@ fn a_fork_child_is_in_the_table_before_it_is_submitted_for_writing() {
         assert_eq!(list(&fs, listed, 1000).len(), boundary + 2, "{id}");
     }
 }
+
+#[test]
+fn a_fork_of_a_session_that_cannot_be_read_now_answers_the_stores_errno() {
+    // No room for two views: using one session drops the other's.
+    let world = World::new(
+        2,
+        usize::MAX,
+        FsConfig {
+            cache_bytes: 0,
+            ..config()
+        },
+    );
+    let fork = world.file(&name(0), "fork");
+    let boundary = first_of(&world.events, "turn/end");
+    world.file(&name(1), "fork");
+    // The dropped session is read again now, from a busy store.
+    world.calls.busy.store(true, Ordering::Relaxed);
+    let refused = world
+        .fs
+        .write(fork, format!("{boundary} kid\n").as_bytes())
+        .expect_err("the store is busy");
+    assert_eq!(refused.errno(), libc::EBUSY, "{refused}");
+    assert!(
+        refused.to_string().contains("the store is busy"),
+        "{refused}"
+    );
+    world.calls.busy.store(false, Ordering::Relaxed);
+    world
+        .fs
+        .write(fork, format!("{boundary} kid\n").as_bytes())
+        .expect("forked once the store answers");
+}

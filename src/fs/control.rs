@@ -170,12 +170,13 @@ impl SessionFs {
         let (boundary, name) =
             crate::model::fork::parse_fork_command(data).map_err(Error::Invalid)?;
         let (parent_header, seed) = self.with_view(slot, |view| {
-            let indexed = view.indexed().ok_or_else(|| {
-                Error::Invalid(format!(
-                    "session {:?} cannot be read, so it cannot be forked",
-                    slot.id
-                ))
-            })?;
+            // A session that cannot be read answers why, with that reason's
+            // errno: the store's own when it cannot be read just now.
+            let Some(indexed) = view.indexed() else {
+                return Err(Error::from(view.refusal().cloned().unwrap_or_else(|| {
+                    crate::model::Refusal::Corrupt("the session cannot be read".into())
+                })));
+            };
             // The boundary is checked against the stored events, never the repaired view.
             indexed
                 .fold()
@@ -200,10 +201,8 @@ impl SessionFs {
                 name
             }
             None => loop {
-                let uuid = crate::random::uuid_v4().map_err(|e| Error::Io {
-                    errno: libc::EIO,
-                    message: format!("cannot make a child id: {e}"),
-                })?;
+                let uuid = crate::random::uuid_v4()
+                    .map_err(|e| Error::io("cannot make a child id", &e))?;
                 let id = format!("session-{uuid}");
                 if !self.store.contains(&id) && self.slot_by_id(&id).is_none() {
                     break id;

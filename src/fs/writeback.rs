@@ -9,11 +9,10 @@
 //! alone holds what sessionfs wrote whenever SQLite allowed it.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::fmt;
-use std::io;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::error::FlushError;
 use crate::json::JsonMap;
 use crate::model::header::SessionHeader;
 use crate::render::format_time;
@@ -58,30 +57,6 @@ pub enum FlushScope<'a> {
         session: &'a str,
         parent_of: &'a dyn Fn(&str) -> Option<String>,
     },
-}
-
-/// The first write of a flush that failed, with the store's own error, so the
-/// errno it deserves (ENOSPC for a full disk) reaches the caller.
-#[derive(Debug)]
-pub struct FlushError {
-    pub session: String,
-    pub source: io::Error,
-}
-
-impl fmt::Display for FlushError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "writing session {:?} failed: {}",
-            self.session, self.source
-        )
-    }
-}
-
-impl std::error::Error for FlushError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
 }
 
 pub struct Writeback {

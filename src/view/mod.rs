@@ -178,6 +178,14 @@ impl SessionView {
         &self.state
     }
 
+    /// Why the session cannot be read, when it cannot.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        match &self.state {
+            State::Indexed(_) => None,
+            State::Unreadable(u) => Some(&u.reason),
+        }
+    }
+
     /// True when the store could not be read at the last attempt.
     pub fn is_unavailable(&self) -> bool {
         matches!(&self.state, State::Unreadable(u) if u.reason.is_unavailable())
