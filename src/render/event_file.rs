@@ -6,7 +6,9 @@
 use crate::json::{JsonMap, pretty_line};
 use crate::model::ids::encode_segment;
 
+/// The suffix of a synthetic closer's file in `events/`.
 pub const SYNTHETIC_SUFFIX: &str = ".synthetic.json";
+/// The suffix of a logged event's file in `events/`.
 pub const LOGGED_SUFFIX: &str = ".json";
 
 /// The file name of an event.

@@ -1,6 +1,8 @@
 //! The bytes of generated files. Every renderer produces complete bytes, so a
 //! file's exact size is known before its first read.
 
+#![warn(missing_docs)]
+
 pub mod event_file;
 pub mod markdown;
 pub mod transcript;
@@ -61,8 +63,14 @@ pub fn surface_line(event: &JsonMap) -> Option<Vec<u8>> {
 /// Where an event stands in the model's view (spec §13).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Standing {
+    /// Shown to the model now.
     Current,
-    Shadowed { by: u64 },
+    /// Replaced by a later event.
+    Shadowed {
+        /// The replacement that shadows it.
+        by: u64,
+    },
+    /// In the log only, never in the model's view.
     LogOnly,
 }
 
@@ -84,10 +92,13 @@ pub fn surface_file(
 /// What `index.jsonl` says of one event (spec §13).
 #[derive(Clone, Debug, PartialEq)]
 pub struct IndexRow<'a> {
+    /// The event's place in the log.
     pub seq: u64,
+    /// The event's `type`.
     pub event_type: &'a str,
     /// Unix milliseconds.
     pub time: i64,
+    /// Where it stands in the model's view.
     pub standing: Standing,
     /// The seqs a replacement cites.
     pub cites: Option<Value>,

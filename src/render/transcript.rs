@@ -46,6 +46,7 @@ enum Voice {
 }
 
 impl TranscriptWriter {
+    /// A transcript headed by `title`, with no event yet.
     pub fn new(title: &str) -> TranscriptWriter {
         let mut writer = TranscriptWriter::default();
         let out = writer.buffer();
@@ -60,6 +61,7 @@ impl TranscriptWriter {
         self.out.clone()
     }
 
+    /// Returns the spare room of the growing buffer, once a first scan ends.
     pub fn shrink(&mut self) {
         self.out.shrink();
     }

@@ -135,22 +135,27 @@ impl Indexed {
         }
     }
 
+    /// The session's header.
     pub fn header(&self) -> &SessionHeader {
         &self.header
     }
 
+    /// The fold of the stored events.
     pub fn fold(&self) -> &SessionFold {
         &self.fold
     }
 
+    /// How many events the store holds (closers not counted).
     pub fn stored_count(&self) -> u64 {
         self.events.len() as u64
     }
 
+    /// Where a torn tail begins, when the log ends torn.
     pub fn torn(&self) -> Option<&str> {
         self.torn.as_deref()
     }
 
+    /// The synthetic closers shown while the log ends inside a turn and is quiet.
     pub fn closers(&self) -> &[JsonMap] {
         &self.closers
     }
@@ -292,6 +297,7 @@ impl Indexed {
             .is_some_and(EventMeta::converted)
     }
 
+    /// True for a synthetic closer, which no store holds.
     pub fn is_synthetic(&self, i: u64) -> bool {
         i >= self.events.len() as u64
     }

@@ -6,6 +6,8 @@
 //! last pass stopped. Other files are rendered on demand from the index,
 //! fetching the events they need, and cached until the session changes.
 
+#![warn(missing_docs)]
+
 mod index;
 mod progress;
 mod steps;
@@ -31,7 +33,9 @@ use index::EventMeta;
 /// sees a rewritten file change under it.
 #[derive(Clone, Debug)]
 pub struct Content {
+    /// The file's bytes.
     pub bytes: Bytes,
+    /// Stays the same while the file only grows.
     pub lineage: u64,
 }
 
@@ -42,8 +46,11 @@ pub struct Content {
 pub enum FileId {
     /// `header.json`: also shown for a session whose log cannot be read.
     Header,
+    /// `surface.jsonl`.
     Surface,
+    /// `transcript.md`: only ever extended within one lineage.
     Transcript,
+    /// `index.jsonl`.
     Index,
     /// `error`: only for a session that cannot be read.
     Error,
@@ -58,11 +65,14 @@ pub enum FileId {
 /// view, under the view's lock, so no reader pairs one store with another's key.
 #[derive(Clone)]
 pub struct SessionSource {
+    /// The store that holds the session.
     pub backend: Arc<dyn Backend>,
+    /// The session's key in that store.
     pub key: SessionKey,
 }
 
 impl SessionSource {
+    /// The session stored at `key` in `backend`.
     pub fn new(backend: Arc<dyn Backend>, key: SessionKey) -> SessionSource {
         SessionSource { backend, key }
     }
@@ -86,28 +96,38 @@ pub enum Refused {
 /// kernel's page cache, and what `stat` needs stays known while the stored log
 /// is unchanged, so the session need not be read again to be listed or read.
 pub struct SpilledTranscript {
+    /// The stored log's revision when the view was dropped.
     pub revision: Revision,
+    /// The transcript's lineage (its inode).
     pub lineage: u64,
+    /// The transcript's modification time.
     pub mtime: SystemTime,
+    /// The transcript's bytes, for the kernel's page cache.
     pub bytes: Bytes,
 }
 
 /// Why a session is shown without its derived views.
 #[derive(Clone, Debug)]
 pub struct Unreadable {
+    /// The header, when it could be read.
     pub header: Option<SessionHeader>,
+    /// Why the log cannot be shown.
     pub reason: Refusal,
     /// The reason lies outside the log (e.g. a duplicate id), and says what to do.
     pub external: bool,
 }
 
+/// What a view holds: an index, or the reason there is none.
 pub enum State {
+    /// The log was read: its index.
     Indexed(Box<Indexed>),
+    /// The log cannot be shown, and why.
     Unreadable(Box<Unreadable>),
 }
 
 /// A session as the filesystem shows it.
 pub struct SessionView {
+    /// The session's id.
     pub id: String,
     source: SessionSource,
     revision: Option<Revision>,
@@ -174,6 +194,7 @@ impl SessionView {
         &self.source
     }
 
+    /// What the view holds.
     pub fn state(&self) -> &State {
         &self.state
     }
@@ -191,6 +212,7 @@ impl SessionView {
         matches!(&self.state, State::Unreadable(u) if u.reason.is_unavailable())
     }
 
+    /// The session's header, when it could be read.
     pub fn header(&self) -> Option<&SessionHeader> {
         match &self.state {
             State::Indexed(indexed) => Some(&indexed.header),
@@ -392,15 +414,9 @@ impl SessionView {
         SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
     }
 
+    /// The index, when the log could be read.
     pub fn indexed(&self) -> Option<&Indexed> {
         match &self.state {
-            State::Indexed(i) => Some(i),
-            State::Unreadable(_) => None,
-        }
-    }
-
-    pub fn indexed_mut(&mut self) -> Option<&mut Indexed> {
-        match &mut self.state {
             State::Indexed(i) => Some(i),
             State::Unreadable(_) => None,
         }

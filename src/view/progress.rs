@@ -26,6 +26,7 @@ struct Published {
 }
 
 #[derive(Default)]
+/// Event names published by a session's first scan while it runs (see the module doc).
 pub struct ScanProgress {
     published: Mutex<Published>,
     changed: Condvar,
@@ -50,6 +51,7 @@ impl ScanProgress {
         self.changed.notify_all();
     }
 
+    /// How many events are published.
     pub fn published(&self) -> u64 {
         self.lock().types.len() as u64
     }

@@ -19,13 +19,17 @@ use crate::render::surface_file;
 /// The files of one call's directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CallFile {
+    /// `messages.jsonl`: the messages the call was sent.
     Messages,
+    /// `request.json`: the request header and context in force, and where the call stands.
     Request,
 }
 
 impl CallFile {
+    /// Every file of a call's directory, in listing order.
     pub const ALL: [CallFile; 2] = [CallFile::Messages, CallFile::Request];
 
+    /// The file's name in a call's directory.
     pub fn name(self) -> &'static str {
         match self {
             CallFile::Messages => "messages.jsonl",
@@ -33,6 +37,7 @@ impl CallFile {
         }
     }
 
+    /// The file a name in a call's directory names.
     pub fn from_name(name: &str) -> Option<CallFile> {
         CallFile::ALL.into_iter().find(|f| f.name() == name)
     }
