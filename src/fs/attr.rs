@@ -85,6 +85,7 @@ impl SessionFs {
         }
     }
 
+    /// The attributes of `ino` as they are now.
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         match Ino::decode(ino).ok_or_else(|| Error::NotFound(format!("unknown inode {ino}")))? {
             Ino::Root => {
@@ -208,6 +209,7 @@ impl SessionFs {
         }
     }
 
+    /// The target of a `parent` or `children/` link.
     pub fn readlink(&self, ino: u64) -> Result<String> {
         let Some(Ino::Session(number, node @ (Node::Parent | Node::Child(_)))) = Ino::decode(ino)
         else {

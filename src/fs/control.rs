@@ -17,7 +17,9 @@ use crate::sync::lock;
 /// A fork this mount made.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ForkRecord {
+    /// The last seq the child holds of its parent.
     pub boundary: u64,
+    /// The child's id.
     pub child: String,
 }
 
@@ -36,14 +38,17 @@ fn now_ms() -> i64 {
 }
 
 impl ForkLog {
+    /// Records a fork made.
     pub fn record_success(&mut self, record: ForkRecord) {
         self.forks.push(record);
     }
 
+    /// Records why a fork was refused, with the time.
     pub fn record_error(&mut self, message: String) {
         self.last_error = Some((now_ms(), message));
     }
 
+    /// The text of `cat fork` for `session`.
     pub fn status(&self, session: &str) -> String {
         let mut out = format!("# write SEQ or \"SEQ NAME\" here to fork {session:?} through SEQ\n");
         for fork in &self.forks {

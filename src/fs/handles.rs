@@ -139,6 +139,7 @@ impl SessionFs {
         spilled.is_some_and(|s| s.lineage as u32 == lineage)
     }
 
+    /// Up to `size` bytes from `offset` of the file open as `fh`.
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<ReadData> {
         let (ino, held) = self
             .handles
@@ -223,6 +224,7 @@ impl SessionFs {
         })
     }
 
+    /// Closes `fh`.
     pub fn release(&self, fh: u64) {
         self.handles.remove(fh);
     }

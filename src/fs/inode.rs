@@ -20,7 +20,9 @@
 
 use crate::view::CallFile;
 
+/// The mount's root directory.
 pub const ROOT: u64 = 1;
+/// The root's `flush` control file.
 pub const ROOT_FLUSH: u64 = 2;
 
 const SLOT_SHIFT: u32 = 40;
@@ -34,31 +36,48 @@ const TRANSCRIPT_BASE: u64 = 5 << 32;
 /// A node inside one session's directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Node {
+    /// The session's directory.
     Dir,
+    /// `header.json`.
     Header,
+    /// `events/`.
     Events,
+    /// `surface.jsonl`.
     Surface,
     /// `transcript.md` in one lineage (mod 2^32).
     Transcript(u32),
+    /// `index.jsonl`.
     Index,
+    /// The `fork` control file.
     Fork,
+    /// The session's `flush` control file.
     Flush,
+    /// `error`, shown only for a session that cannot be read.
     Error,
+    /// The `parent` link.
     Parent,
+    /// `children/`.
     Children,
+    /// A file of `events/`, by seq.
     Event(u64),
+    /// A link in `children/`, by the child's slot.
     Child(u32),
+    /// `steps/`.
     Steps,
     /// The directory of model call `n` (its index in call order) in `steps/`.
     Call(u32),
+    /// A file of a model call's directory.
     CallFile(u32, CallFile),
 }
 
 /// What an inode number names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ino {
+    /// The root directory.
     Root,
+    /// The root's `flush` file.
     RootFlush,
+    /// A node of the session in slot `n`.
     Session(u32, Node),
 }
 
@@ -86,6 +105,7 @@ fn spread(slot: u32) -> u64 {
 }
 
 impl Ino {
+    /// The inode number of this node.
     pub fn encode(self) -> u64 {
         match self {
             Ino::Root => ROOT,
@@ -110,6 +130,7 @@ impl Ino {
         }
     }
 
+    /// The node an inode number names, if it names one.
     pub fn decode(ino: u64) -> Option<Ino> {
         match ino {
             ROOT => return Some(Ino::Root),

@@ -31,6 +31,8 @@
 //!    `SessionFs::stale`, `SessionFs::removed`, the handle table, the follow
 //!    state's watches.
 
+#![warn(missing_docs)]
+
 mod attr;
 mod cache;
 pub mod control;
@@ -61,7 +63,9 @@ use writeback::Writeback;
 /// How the mount presents files.
 #[derive(Clone, Debug)]
 pub struct FsConfig {
+    /// The owner every node shows.
     pub uid: u32,
+    /// The group every node shows.
     pub gid: u32,
     /// `-o ro`: control files refuse writes.
     pub read_only: bool,
@@ -110,30 +114,45 @@ impl Default for FsConfig {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a node is, in the adapter's terms.
 pub enum Kind {
+    /// A directory.
     Dir,
+    /// A regular file.
     File,
+    /// A symbolic link.
     Symlink,
 }
 
 /// The attributes of one node, in the adapter's terms.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attr {
+    /// The inode number.
     pub ino: u64,
+    /// What the node is.
     pub kind: Kind,
+    /// The exact size: a file's bytes, a symlink's target length.
     pub size: u64,
+    /// The permission bits.
     pub perm: u16,
+    /// The link count.
     pub nlink: u32,
+    /// The modification time.
     pub mtime: SystemTime,
+    /// The owner.
     pub uid: u32,
+    /// The group.
     pub gid: u32,
 }
 
 /// One directory entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirEntry {
+    /// The entry's inode number.
     pub ino: u64,
+    /// What the entry is.
     pub kind: Kind,
+    /// The entry's name.
     pub name: String,
     /// Where a listing continues after this entry: the offset to pass to the
     /// next [`SessionFs::readdir`]. Entries that appear later never move it.
@@ -142,12 +161,15 @@ pub struct DirEntry {
 
 /// An entry of `readdirplus`.
 pub struct EntryPlus {
+    /// The entry.
     pub entry: DirEntry,
+    /// Its attributes.
     pub attr: Attr,
     /// False when `attr` is a stand-in that must not be cached.
     pub cacheable: bool,
 }
 
+/// The filesystem model the adapter drives: one call per kernel request.
 pub struct SessionFs {
     /// Itself, for the threads it starts (a session built in the background).
     this: Weak<SessionFs>,
@@ -187,6 +209,7 @@ const SESSION_FILES: [(&str, Node, Kind); 11] = [
 ];
 
 impl SessionFs {
+    /// A filesystem over `store`, presented as `config` says.
     pub fn new(store: Box<dyn Backend>, config: FsConfig) -> Arc<SessionFs> {
         let store: Arc<dyn Backend> = Arc::from(store);
         let memory = Arc::new(MemoryStore::default());
@@ -217,6 +240,7 @@ impl SessionFs {
         fs
     }
 
+    /// The write-behind of fork children, for the thread that runs it.
     pub fn writeback(&self) -> Arc<Writeback> {
         self.writeback.clone()
     }
@@ -461,6 +485,7 @@ impl SessionFs {
 
     // ---- lookup and listing ------------------------------------------------------
 
+    /// The node `name` in directory `parent`, found or not.
     pub fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
         match Ino::decode(parent)
             .ok_or_else(|| Error::NotFound(format!("unknown inode {parent}")))?
@@ -748,6 +773,7 @@ impl ReadData {
         ReadData(bytes.slice(start..end))
     }
 
+    /// The bytes, as one slice.
     pub fn as_slice(&self) -> &[u8] {
         self.0.as_slice()
     }

@@ -39,7 +39,9 @@ pub(super) struct Spilled {
 
 /// Bytes for the kernel's page cache of one inode, from offset 0.
 pub struct Spill {
+    /// The transcript's inode.
     pub ino: u64,
+    /// Its bytes from offset 0.
     pub bytes: Bytes,
 }
 

@@ -54,11 +54,14 @@ pub enum FlushScope<'a> {
     /// is not pending here (one the store holds), so lineage through sessions
     /// the Harness wrote is followed too.
     Lineage {
+        /// The session whose lineage is flushed.
         session: &'a str,
+        /// The parent of a session not pending here.
         parent_of: &'a dyn Fn(&str) -> Option<String>,
     },
 }
 
+/// The write-behind of fork children (see the module doc).
 pub struct Writeback {
     store: Arc<dyn Backend>,
     memory: Arc<MemoryStore>,
@@ -69,6 +72,7 @@ pub struct Writeback {
 }
 
 impl Writeback {
+    /// Write-behind into `store`, of children served from `memory` until durable.
     pub fn new(
         store: Arc<dyn Backend>,
         memory: Arc<MemoryStore>,
@@ -84,6 +88,7 @@ impl Writeback {
         })
     }
 
+    /// Sets what is called when a pending session became durable.
     pub fn set_durable_hook(&self, hook: DurableHook) {
         let _ = self.on_durable.set(hook);
     }
