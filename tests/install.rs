@@ -344,8 +344,10 @@ fn nobody_setup(
     }
 }
 
-/// How `nobody` mounts the demo store in `user_mounts_and_unmounts`.
-struct UserMount {
+/// The shell steps by which `nobody` mounts the demo store in
+/// `user_mounts_and_unmounts` (a recipe run in a namespace, not a guard: the
+/// namespace's exit trap unmounts).
+struct UserMountSteps {
     /// Root's bind mounts in the namespace, beside /dev/fuse.
     binds: String,
     mount: String,
@@ -361,10 +363,10 @@ struct UserMount {
 fn user_mounts_and_unmounts(
     label: &str,
     tools: &[&str],
-    steps: impl FnOnce(&UserSetup) -> UserMount,
+    steps: impl FnOnce(&UserSetup) -> UserMountSteps,
 ) -> Option<String> {
     let (setup, node) = nobody_setup(label, tools, true)?;
-    let UserMount {
+    let UserMountSteps {
         binds,
         mount,
         while_mounted,
@@ -415,7 +417,7 @@ fn user_mounts_and_unmounts(
 fn a_user_mounts_forks_flushes_and_unmounts_through_fusermount3() {
     let Some(stdout) = user_mounts_and_unmounts("nonroot", &["fusermount3"], |setup| {
         let (mnt, store) = (quote(&setup.mountpoint()), quote(&setup.store()));
-        UserMount {
+        UserMountSteps {
             binds: String::new(),
             mount: format!("{} {store} {mnt}", quote(&setup.path("sessionfs"))),
             while_mounted: format!(
@@ -472,7 +474,7 @@ fn a_user_mounts_and_unmounts_the_documented_fstab_line() {
         let entry = line.replace("/home/USER", &setup.home().display().to_string());
         std::fs::write(&fstab, format!("{entry}\n")).expect("fstab");
         let mnt = quote(&setup.mountpoint());
-        UserMount {
+        UserMountSteps {
             // This namespace's /etc/fstab is the test's; `mount` (set-user-ID root) reads it.
             binds: format!(
                 "mount --bind {} /usr/local/bin

@@ -10,7 +10,7 @@ mod common;
 use std::io::Write;
 use std::path::Path;
 
-use common::{Mount, TempDir, copy_tree, store_copy};
+use common::{Mount, demo_copy, store_copy};
 use pulldown_cmark::{Event, HeadingLevel, Parser, Tag, TagEnd};
 use serde_json::{Value, json};
 
@@ -212,12 +212,7 @@ fn fixture_transcripts_are_commonmark_with_every_text_verbatim() {
         let copy = store_copy(store);
         checked += check_store(&copy.path);
     }
-    let demo = TempDir::new("demo-store");
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-store"),
-        demo.path(),
-    );
-    checked += check_store(demo.path());
+    checked += check_store(&demo_copy().path);
     assert!(checked > 40, "only {checked} sessions checked");
 }
 
