@@ -8,14 +8,14 @@
 //! - [`view`]: one session's indexed state and the bytes of its generated files.
 //! - [`fs`]: the filesystem model (inodes, lookups, reads, control files), with
 //!   errors that carry an errno and a sentence.
-//! - [`fuse_adapter`]: the thin fuser adapter; [`fuse_device`]: why `/dev/fuse`
+//! - [`fuse`]: the thin fuser adapter; [`fuse_device`]: why `/dev/fuse`
 //!   cannot be opened, said before mounting.
 
 pub mod bytes;
 pub mod cli;
 pub mod error;
 pub mod fs;
-pub mod fuse_adapter;
+pub mod fuse;
 pub mod fuse_device;
 pub mod json;
 pub mod json_len;

@@ -14,7 +14,7 @@ use fuser::{Config, MountOption, SessionACL};
 use sessionfs::cli::{self, Command, Options};
 use sessionfs::fs::writeback::FlushScope;
 use sessionfs::fs::{FsConfig, SessionFs};
-use sessionfs::fuse_adapter::FuseAdapter;
+use sessionfs::fuse::FuseAdapter;
 use sessionfs::mountinfo::OwnMount;
 
 /// Buffers of 1 MiB or more (a session's transcript, a batch of frames) are
@@ -246,7 +246,7 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
         .name("spill".into())
         .spawn(move || {
             for spill in spills {
-                sessionfs::fuse_adapter::store_pages(&spill_notifier, &spill);
+                sessionfs::fuse::store_pages(&spill_notifier, &spill);
             }
         })
         .map_err(|e| e.to_string())?;

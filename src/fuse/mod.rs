@@ -17,7 +17,7 @@ use fuser::{
 };
 
 use crate::error::Error;
-use crate::fs::{Attr, Caching, Kind, SessionFs};
+use crate::fs::{Attr, Caching, DirEntry, Kind, SessionFs};
 
 pub struct FuseAdapter {
     fs: Arc<SessionFs>,
@@ -61,6 +61,14 @@ impl FuseAdapter {
 
 const SESSION_DIR_TTL: Duration = Duration::from_secs(60);
 
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+        Kind::Symlink => FileType::Symlink,
+    }
+}
+
 fn file_attr(attr: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(attr.ino),
@@ -70,11 +78,7 @@ fn file_attr(attr: &Attr) -> FileAttr {
         mtime: attr.mtime,
         ctime: attr.mtime,
         crtime: attr.mtime,
-        kind: match attr.kind {
-            Kind::Dir => FileType::Directory,
-            Kind::File => FileType::RegularFile,
-            Kind::Symlink => FileType::Symlink,
-        },
+        kind: file_type(attr.kind),
         perm: attr.perm,
         nlink: attr.nlink,
         uid: attr.uid,
@@ -130,6 +134,119 @@ fn store_space(store: &Path) -> Option<libc::statvfs> {
 fn name_str(name: &OsStr) -> Result<&str, Error> {
     name.to_str()
         .ok_or_else(|| Error::NotFound("names in this filesystem are UTF-8".into()))
+}
+
+/// One of fuser's two directory replies. The cookie scheme and `.`/`..` are
+/// written once, in [`FuseAdapter::reply_listing`]; a replier only adds what
+/// it is handed, and says when the kernel's buffer is full.
+trait DirectoryReplier {
+    /// Adds `.` or `..` (of directory `dir`); true when the buffer is full.
+    fn add_dot(&mut self, dir: INodeNo, cookie: u64, name: &str) -> bool;
+    /// Adds one entry of the model's listing; true when the buffer is full.
+    fn add_entry(&mut self, entry: DirEntry, cookie: u64) -> bool;
+    fn ok(self);
+    fn error(self, errno: Errno);
+}
+
+/// `readdir`: names and kinds only.
+struct Names(ReplyDirectory);
+
+impl DirectoryReplier for Names {
+    fn add_dot(&mut self, dir: INodeNo, cookie: u64, name: &str) -> bool {
+        self.0.add(dir, cookie, FileType::Directory, name)
+    }
+
+    fn add_entry(&mut self, entry: DirEntry, cookie: u64) -> bool {
+        self.0.add(
+            INodeNo(entry.ino),
+            cookie,
+            file_type(entry.kind),
+            &entry.name,
+        )
+    }
+
+    fn ok(self) {
+        self.0.ok()
+    }
+
+    fn error(self, errno: Errno) {
+        self.0.error(errno)
+    }
+}
+
+/// `readdirplus`: each entry with its attributes, found only for entries sent.
+struct WithAttrs<'a> {
+    adapter: &'a FuseAdapter,
+    reply: ReplyDirectoryPlus,
+    /// The directory's own attributes, which `.` and `..` carry (the kernel
+    /// links no dentry for them, so they are never cached).
+    own: FileAttr,
+}
+
+impl DirectoryReplier for WithAttrs<'_> {
+    fn add_dot(&mut self, dir: INodeNo, cookie: u64, name: &str) -> bool {
+        let ttl = Duration::ZERO;
+        self.reply
+            .add(dir, cookie, name, &ttl, &self.own, Generation(0))
+    }
+
+    fn add_entry(&mut self, entry: DirEntry, cookie: u64) -> bool {
+        let fs = &self.adapter.fs;
+        // A panic finding one entry's attributes ends the page there.
+        let Ok(plus) = guarded("readdirplus", || Ok(fs.entry_plus(entry))) else {
+            return true;
+        };
+        let ttl = match plus.cacheable {
+            true => self.adapter.attr_ttl(plus.entry.ino),
+            false => Duration::ZERO,
+        };
+        let attr = file_attr(&plus.attr);
+        let ino = INodeNo(plus.entry.ino);
+        self.reply
+            .add(ino, cookie, &plus.entry.name, &ttl, &attr, Generation(0))
+    }
+
+    fn ok(self) {
+        self.reply.ok()
+    }
+
+    fn error(self, errno: Errno) {
+        self.reply.error(errno)
+    }
+}
+
+impl FuseAdapter {
+    /// Answers one page of a listing from `offset`. Cookies: 1 and 2 are `.`
+    /// and `..`; an entry's cookie is 2 + the offset the model continues from
+    /// after it, so a cookie stays valid while entries come and go.
+    fn reply_listing(
+        &self,
+        op: &str,
+        dir: INodeNo,
+        offset: u64,
+        batch: usize,
+        mut replier: impl DirectoryReplier,
+    ) {
+        const DOTS: u64 = 2;
+        let entries = match guarded(op, || {
+            self.fs.readdir(dir.0, offset.saturating_sub(DOTS), batch)
+        }) {
+            Ok(entries) => entries,
+            Err(errno) => return replier.error(errno),
+        };
+        for (cookie, name) in [(1, "."), (DOTS, "..")] {
+            if offset < cookie && replier.add_dot(dir, cookie, name) {
+                return replier.ok();
+            }
+        }
+        for entry in entries {
+            let cookie = entry.next + DOTS;
+            if replier.add_entry(entry, cookie) {
+                break;
+            }
+        }
+        replier.ok()
+    }
 }
 
 impl Filesystem for FuseAdapter {
@@ -307,44 +424,11 @@ impl Filesystem for FuseAdapter {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        // Cookies: 1 and 2 are `.` and `..`; an entry's cookie is 2 + the offset
-        // the model continues from after it. A page holds about a hundred names.
+        // A page holds about a hundred names.
         const BATCH: usize = 128;
-        let result = guarded("readdir", || {
-            let mut dots = Vec::new();
-            if offset == 0 {
-                dots.push((ino.0, 1u64, FileType::Directory, ".".to_string()));
-            }
-            if offset <= 1 {
-                dots.push((ino.0, 2, FileType::Directory, "..".to_string()));
-            }
-            let first = offset.saturating_sub(2);
-            let entries = self.fs.readdir(ino.0, first, BATCH)?;
-            Ok((dots, entries))
-        });
-        match result {
-            Ok((dots, entries)) => {
-                for (ino, cookie, kind, name) in dots {
-                    if reply.add(INodeNo(ino), cookie, kind, name) {
-                        return reply.ok();
-                    }
-                }
-                for entry in entries {
-                    let kind = match entry.kind {
-                        Kind::Dir => FileType::Directory,
-                        Kind::File => FileType::RegularFile,
-                        Kind::Symlink => FileType::Symlink,
-                    };
-                    if reply.add(INodeNo(entry.ino), entry.next + 2, kind, &entry.name) {
-                        break;
-                    }
-                }
-                reply.ok()
-            }
-            Err(errno) => reply.error(errno),
-        }
+        self.reply_listing("readdir", ino, offset, BATCH, Names(reply));
     }
 
     fn readdirplus(
@@ -353,50 +437,19 @@ impl Filesystem for FuseAdapter {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
-        // Cookies as in `readdir`. The kernel links no dentry for `.` and `..`.
         // A page holds a few dozen entries with attributes: more names than
         // fit are listed, but attributes are found only for those sent.
         const BATCH: usize = 64;
-        let result = guarded("readdirplus", || {
-            let own = self.fs.getattr(ino.0)?;
-            let first = offset.saturating_sub(2);
-            let entries = self.fs.readdir(ino.0, first, BATCH)?;
-            Ok((own, entries))
-        });
-        match result {
-            Ok((own, entries)) => {
-                let own = file_attr(&own);
-                for (cookie, name) in [(1u64, "."), (2, "..")] {
-                    if offset < cookie
-                        && reply.add(ino, cookie, name, &Duration::ZERO, &own, Generation(0))
-                    {
-                        return reply.ok();
-                    }
-                }
-                for entry in entries {
-                    let Ok(plus) = guarded("readdirplus", || Ok(self.fs.entry_plus(entry))) else {
-                        break;
-                    };
-                    let ttl = match plus.cacheable {
-                        true => self.attr_ttl(plus.entry.ino),
-                        false => Duration::ZERO,
-                    };
-                    let cookie = plus.entry.next + 2;
-                    let attr = file_attr(&plus.attr);
-                    if reply.add(
-                        INodeNo(plus.entry.ino),
-                        cookie,
-                        &plus.entry.name,
-                        &ttl,
-                        &attr,
-                        Generation(0),
-                    ) {
-                        break;
-                    }
-                }
-                reply.ok()
+        match guarded("readdirplus", || self.fs.getattr(ino.0)) {
+            Ok(own) => {
+                let replier = WithAttrs {
+                    adapter: self,
+                    reply,
+                    own: file_attr(&own),
+                };
+                self.reply_listing("readdirplus", ino, offset, BATCH, replier);
             }
             Err(errno) => reply.error(errno),
         }
