@@ -39,6 +39,7 @@ mod handles;
 pub use handles::Caching;
 pub mod inode;
 pub mod paged;
+pub mod setattr;
 mod steps;
 mod streaming;
 mod table;

@@ -17,6 +17,7 @@ use fuser::{
 };
 
 use crate::error::Error;
+use crate::fs::setattr::AttrChange;
 use crate::fs::{Attr, Caching, DirEntry, Kind, SessionFs};
 
 pub struct FuseAdapter {
@@ -307,28 +308,16 @@ impl Filesystem for FuseAdapter {
         flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let result = guarded("setattr", || {
-            // Truncating a control file to 0 (`echo N > fork` without atomic O_TRUNC, or
-            // truncate(2)) is allowed, with the mtime and ctime the kernel may send along.
-            let truncating = size == Some(0);
-            let changes_times = atime.is_some()
+        let change = AttrChange {
+            size,
+            mode_or_owner: mode.is_some() || uid.is_some() || gid.is_some() || flags.is_some(),
+            modification_times: mtime.is_some() || ctime.is_some(),
+            other_times: atime.is_some()
                 || crtime.is_some()
                 || chgtime.is_some()
-                || bkuptime.is_some()
-                || (!truncating && (mtime.is_some() || ctime.is_some()));
-            let changes_mode_or_owner =
-                mode.is_some() || uid.is_some() || gid.is_some() || flags.is_some();
-            if changes_times || changes_mode_or_owner || size.is_some_and(|s| s != 0) {
-                return Err(Error::ReadOnly(
-                    "sessionfs files' times, modes, owners and sizes cannot be changed".into(),
-                ));
-            }
-            if size == Some(0) {
-                self.fs.truncate(ino.0)
-            } else {
-                self.fs.getattr(ino.0)
-            }
-        });
+                || bkuptime.is_some(),
+        };
+        let result = guarded("setattr", || self.fs.setattr(ino.0, change));
         match result {
             Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
             Err(errno) => reply.error(errno),
