@@ -3,6 +3,8 @@
 //! handler is caught and answered with EIO, so one bad request never takes the
 //! mount down.
 
+pub mod notify;
+
 use std::ffi::OsStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -589,24 +591,5 @@ impl Filesystem for FuseAdapter {
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
         reply.error(Errno::ENOSYS);
-    }
-}
-
-/// Hands a spilled transcript to the kernel's page cache, segment by segment
-/// and at most 1 MiB at a time, so nothing is copied to send it.
-/// An inode the kernel no longer knows is refused (ENOENT): nothing to keep.
-pub fn store_pages(notifier: &fuser::Notifier, spill: &crate::fs::paged::Spill) {
-    const PIECE: usize = 1 << 20;
-    let mut offset = 0u64;
-    for piece in spill
-        .bytes
-        .pieces()
-        .flat_map(|segment| segment.chunks(PIECE))
-    {
-        if let Err(e) = notifier.store(INodeNo(spill.ino), offset, piece) {
-            log::debug!("page cache of inode {} not filled: {e}", spill.ino);
-            return;
-        }
-        offset += piece.len() as u64;
     }
 }
