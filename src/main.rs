@@ -4,6 +4,8 @@
 //! Exit status: 0 after a clean unmount, 1 when the mount cannot happen or a
 //! runtime failure ends it, 2 for a usage error.
 
+#![warn(missing_docs)]
+
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;

@@ -3,6 +3,8 @@
 //! handler is caught and answered with EIO, so one bad request never takes the
 //! mount down.
 
+#![warn(missing_docs)]
+
 pub mod notify;
 
 use std::ffi::OsStr;
@@ -22,6 +24,7 @@ use crate::error::Error;
 use crate::fs::setattr::AttrChange;
 use crate::fs::{Attr, Caching, DirEntry, Kind, SessionFs};
 
+/// The fuser `Filesystem` of one mount, over its [`SessionFs`].
 pub struct FuseAdapter {
     fs: Arc<SessionFs>,
     /// How long the kernel may cache attributes and entries.
@@ -32,6 +35,8 @@ pub struct FuseAdapter {
 }
 
 impl FuseAdapter {
+    /// An adapter letting the kernel cache attributes and names for `ttl`;
+    /// `statfs` reports the space of the file system holding `store`.
     pub fn new(fs: Arc<SessionFs>, ttl: Duration, store: PathBuf) -> FuseAdapter {
         FuseAdapter { fs, ttl, store }
     }
