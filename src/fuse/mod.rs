@@ -152,7 +152,9 @@ trait DirectoryReplier {
     fn add_dot(&mut self, dir: INodeNo, cookie: u64, name: &str) -> bool;
     /// Adds one entry of the model's listing; true when the buffer is full.
     fn add_entry(&mut self, entry: DirEntry, cookie: u64) -> bool;
+    /// Sends what was added.
     fn ok(self);
+    /// Answers the listing with an error instead.
     fn error(self, errno: Errno);
 }
 
@@ -596,5 +598,114 @@ impl Filesystem for FuseAdapter {
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
         reply.error(Errno::ENOSYS);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::FsConfig;
+    use crate::fs::inode::ROOT;
+    use crate::model::header::SessionHeader;
+    use crate::store::memory::MemoryStore;
+
+    /// A kernel buffer that holds `room` entries, as mountpoint-s3's test
+    /// replier caps entries per call, so paging is exercised without a mount.
+    struct Page<'a> {
+        room: usize,
+        added: &'a mut Vec<(u64, String)>,
+        answer: &'a mut Option<Result<(), Errno>>,
+    }
+
+    impl Page<'_> {
+        fn push(&mut self, cookie: u64, name: &str) -> bool {
+            if self.added.len() == self.room {
+                return true;
+            }
+            self.added.push((cookie, name.to_string()));
+            false
+        }
+    }
+
+    impl DirectoryReplier for Page<'_> {
+        fn add_dot(&mut self, _dir: INodeNo, cookie: u64, name: &str) -> bool {
+            self.push(cookie, name)
+        }
+
+        fn add_entry(&mut self, entry: DirEntry, cookie: u64) -> bool {
+            self.push(cookie, &entry.name)
+        }
+
+        fn ok(self) {
+            *self.answer = Some(Ok(()));
+        }
+
+        fn error(self, errno: Errno) {
+            *self.answer = Some(Err(errno));
+        }
+    }
+
+    /// Lists `dir` page by page, each resumed from the last cookie sent, as
+    /// the kernel does; `room` entries fit in a page.
+    fn list_by_pages(adapter: &FuseAdapter, dir: u64, room: usize) -> Vec<String> {
+        let (mut names, mut offset) = (Vec::new(), 0);
+        loop {
+            let (mut added, mut answer) = (Vec::new(), None);
+            let page = Page {
+                room,
+                added: &mut added,
+                answer: &mut answer,
+            };
+            adapter.reply_listing("readdir", INodeNo(dir), offset, 128, page);
+            assert_eq!(answer, Some(Ok(())));
+            let Some(&(last, _)) = added.last() else {
+                return names;
+            };
+            assert!(last > offset, "cookie {last} after offset {offset}");
+            offset = last;
+            names.extend(added.into_iter().map(|(_, name)| name));
+        }
+    }
+
+    fn adapter_over(sessions: &[String]) -> FuseAdapter {
+        let store = MemoryStore::default();
+        for id in sessions {
+            store.insert(SessionHeader::new(id, 1_772_457_300_000), Vec::new());
+        }
+        let fs = SessionFs::new(Box::new(store), FsConfig::default());
+        FuseAdapter::new(fs, Duration::from_secs(1), PathBuf::from("/"))
+    }
+
+    #[test]
+    fn paged_listings_send_the_dots_then_every_name_once() {
+        let sessions: Vec<String> = (0..300).map(|n| format!("s{n:03}")).collect();
+        let adapter = adapter_over(&sessions);
+        for room in [1, 2, 3, 7, 128, 1000] {
+            let names = list_by_pages(&adapter, ROOT, room);
+            assert_eq!(names[..2], [".", ".."], "room {room}");
+            assert!(!names[2..].iter().any(|name| name.starts_with('.')));
+            let mut listed: Vec<&str> = names[2..]
+                .iter()
+                .map(String::as_str)
+                .filter(|name| name.starts_with('s'))
+                .collect();
+            listed.sort_unstable();
+            let expected: Vec<&str> = sessions.iter().map(String::as_str).collect();
+            assert_eq!(listed, expected, "room {room}");
+        }
+    }
+
+    #[test]
+    fn a_listing_of_no_directory_is_answered_with_its_errno() {
+        let adapter = adapter_over(&[]);
+        let (mut added, mut answer) = (Vec::new(), None);
+        let page = Page {
+            room: 10,
+            added: &mut added,
+            answer: &mut answer,
+        };
+        adapter.reply_listing("readdir", INodeNo(u64::MAX), 0, 128, page);
+        assert_eq!(answer, Some(Err(Errno::ENOENT)));
+        assert!(added.is_empty());
     }
 }
