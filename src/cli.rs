@@ -1,9 +1,12 @@
 //! Command-line parsing, in the shape FUSE users know:
 //! `sessionfs [OPTIONS] STORE MOUNTPOINT`, with `-o opt[,opt]`.
 
+#![warn(missing_docs)]
+
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The `--help` text (the man page is the complete reference).
 pub const USAGE: &str = "\
 Usage: sessionfs [OPTIONS] STORE MOUNTPOINT
 
@@ -41,21 +44,36 @@ Logging: RUST_LOG=info (default warn); session contents are never logged.
 See sessionfs(1).
 ";
 
+/// A mount as the command line asks for it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
+    /// The Harness store: a directory of session logs, or an SQLite database.
     pub store: PathBuf,
+    /// Where the tree is mounted.
     pub mountpoint: PathBuf,
+    /// `-f`: serve in the foreground instead of detaching once mounted.
     pub foreground: bool,
+    /// `-d`: log debug messages to stderr (implies `foreground`).
     pub debug: bool,
+    /// `-r` or `-o ro`: the control files refuse writes.
     pub read_only: bool,
+    /// `-o allow_other`: other users may use the mount.
     pub allow_other: bool,
+    /// `-o allow_root`: root may use the mount as well as its owner.
     pub allow_root: bool,
+    /// `-o uid=`: the owner every node reports (default: the mounting user).
     pub uid: Option<u32>,
+    /// `-o gid=`: the group every node reports (default: the mounting group).
     pub gid: Option<u32>,
+    /// `--grace`: quiet time before an open turn is shown repaired.
     pub grace: Duration,
+    /// `-o cache=`: memory for indexed sessions and rendered files, in bytes.
     pub cache_bytes: usize,
+    /// `-o window=`: the write-behind window of fork children.
     pub window: Duration,
+    /// `-o attr_timeout=`: how long the kernel may cache attributes and names.
     pub attr_timeout: Duration,
+    /// `-o fsname=`: the source the mount table shows (default: the store's path).
     pub fsname: Option<String>,
     /// `-o umask=`: fixed modes instead of each session's stored modes.
     pub umask: Option<u16>,
@@ -72,8 +90,11 @@ pub struct Options {
 /// What the command line asks for.
 #[derive(Debug, PartialEq)]
 pub enum Command {
+    /// Mount a store.
     Mount(Box<Options>),
+    /// `-h`, `--help`: print [`USAGE`].
     Help,
+    /// `-V`, `--version`: print the version.
     Version,
 }
 

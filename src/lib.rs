@@ -1,23 +1,32 @@
 //! sessionfs: a FUSE filesystem over DeepSeek Harness session stores.
 //!
-//! Layers, from the bottom up:
+//! Layers, from the bottom up (`model ← {store, render} ← view ← fs ← fuse`):
 //! - [`model`]: the pure session model (events, surface, transcript inputs,
 //!   request header, crash repair, fork rules). No files, no FUSE.
 //! - [`store`]: the on-disk formats (JSONL, zstd JSONL, SQLite) turned into
 //!   logical events, and fork children written back. No FUSE.
+//! - [`render`]: the bytes of generated files, complete so their size is exact.
 //! - [`view`]: one session's indexed state and the bytes of its generated files.
-//! - [`fs`]: the filesystem model (inodes, lookups, reads, control files), with
-//!   errors that carry an errno and a sentence.
-//! - [`fuse_adapter`]: the thin fuser adapter; [`fuse_device`]: why `/dev/fuse`
-//!   cannot be opened, said before mounting.
+//! - [`fs`]: the filesystem model (inodes, lookups, reads, control files, what
+//!   `setattr` may change), with errors that carry an errno and a sentence.
+//! - [`fuse`]: the thin fuser adapter (kernel requests → [`fs`] calls, and the
+//!   threads that tell the kernel what changed); [`fuse_device`]: why
+//!   `/dev/fuse` cannot be opened, said before mounting.
 //!
-//! Beside them, used by every layer: [`sync`] (locks that outlive a panic).
+//! Beside the layers:
+//! - [`error`]: the one error type; every errno is chosen there.
+//! - [`sync`]: locks that outlive a panic, for every layer.
+//! - [`bytes`]: a file's bytes as shared frozen segments and a growing tail.
+//! - [`json`], [`json_len`]: JSON helpers, and the length of a pretty line
+//!   computed without writing it.
+//! - [`cli`]: the command line; [`mountinfo`]: which mount is this daemon's
+//!   own; [`random`]: random identifiers from the kernel.
 
 pub mod bytes;
 pub mod cli;
 pub mod error;
 pub mod fs;
-pub mod fuse_adapter;
+pub mod fuse;
 pub mod fuse_device;
 pub mod json;
 pub mod json_len;

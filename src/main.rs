@@ -4,17 +4,18 @@
 //! Exit status: 0 after a clean unmount, 1 when the mount cannot happen or a
 //! runtime failure ends it, 2 for a usage error.
 
+#![warn(missing_docs)]
+
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use fuser::{Config, MountOption, SessionACL};
 use sessionfs::cli::{self, Command, Options};
 use sessionfs::fs::writeback::FlushScope;
 use sessionfs::fs::{FsConfig, SessionFs};
-use sessionfs::fuse_adapter::FuseAdapter;
+use sessionfs::fuse::FuseAdapter;
 use sessionfs::mountinfo::OwnMount;
 
 /// Buffers of 1 MiB or more (a session's transcript, a batch of frames) are
@@ -236,48 +237,11 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
             "cannot find this mount in /proc/self/mountinfo; a signal will end the daemon without unmounting"
         );
     }
-    let notifier = session.notifier();
-
-    // Transcripts of dropped views go to the kernel's page cache, from a
-    // thread of their own: the kernel may wait on a page a request holds.
-    let spills = fs.spill_receiver();
-    let spill_notifier = notifier.clone();
-    std::thread::Builder::new()
-        .name("spill".into())
-        .spawn(move || {
-            for spill in spills {
-                sessionfs::fuse_adapter::store_pages(&spill_notifier, &spill);
-            }
-        })
-        .map_err(|e| e.to_string())?;
-
+    sessionfs::fuse::notify::start(&fs, session.notifier()).map_err(|e| e.to_string())?;
     let writeback = fs.writeback();
     std::thread::Builder::new()
         .name("writeback".into())
         .spawn(move || writeback.run())
-        .map_err(|e| e.to_string())?;
-    let watched = Arc::downgrade(&fs);
-    std::thread::Builder::new()
-        .name("follow".into())
-        .spawn(move || {
-            // Follow the store (inotify, or polling where it cannot work): changes
-            // show within a second, and the kernel is told to drop what it cached
-            // of files that changed and of names that went.
-            while let Some(fs) = watched.upgrade() {
-                let changes = fs.follow_changes();
-                drop(fs);
-                for ino in changes.inodes {
-                    let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, -1);
-                }
-                for name in changes.root_names {
-                    let root = fuser::INodeNo(sessionfs::fs::inode::ROOT);
-                    let _ = notifier.inval_entry(root, std::ffi::OsStr::new(&name));
-                }
-                for (dir, name) in changes.names {
-                    let _ = notifier.inval_entry(fuser::INodeNo(dir), std::ffi::OsStr::new(&name));
-                }
-            }
-        })
         .map_err(|e| e.to_string())?;
     let mountpoint = options.mountpoint.clone();
     let writeback = fs.writeback();

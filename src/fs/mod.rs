@@ -41,6 +41,7 @@ mod handles;
 pub use handles::Caching;
 pub mod inode;
 pub mod paged;
+pub mod setattr;
 mod steps;
 mod streaming;
 mod table;

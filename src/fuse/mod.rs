@@ -3,6 +3,10 @@
 //! handler is caught and answered with EIO, so one bad request never takes the
 //! mount down.
 
+#![warn(missing_docs)]
+
+pub mod notify;
+
 use std::ffi::OsStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -17,8 +21,10 @@ use fuser::{
 };
 
 use crate::error::Error;
-use crate::fs::{Attr, Caching, Kind, SessionFs};
+use crate::fs::setattr::AttrChange;
+use crate::fs::{Attr, Caching, DirEntry, Kind, SessionFs};
 
+/// The fuser `Filesystem` of one mount, over its [`SessionFs`].
 pub struct FuseAdapter {
     fs: Arc<SessionFs>,
     /// How long the kernel may cache attributes and entries.
@@ -29,6 +35,8 @@ pub struct FuseAdapter {
 }
 
 impl FuseAdapter {
+    /// An adapter letting the kernel cache attributes and names for `ttl`;
+    /// `statfs` reports the space of the file system holding `store`.
     pub fn new(fs: Arc<SessionFs>, ttl: Duration, store: PathBuf) -> FuseAdapter {
         FuseAdapter { fs, ttl, store }
     }
@@ -61,6 +69,14 @@ impl FuseAdapter {
 
 const SESSION_DIR_TTL: Duration = Duration::from_secs(60);
 
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+        Kind::Symlink => FileType::Symlink,
+    }
+}
+
 fn file_attr(attr: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(attr.ino),
@@ -70,11 +86,7 @@ fn file_attr(attr: &Attr) -> FileAttr {
         mtime: attr.mtime,
         ctime: attr.mtime,
         crtime: attr.mtime,
-        kind: match attr.kind {
-            Kind::Dir => FileType::Directory,
-            Kind::File => FileType::RegularFile,
-            Kind::Symlink => FileType::Symlink,
-        },
+        kind: file_type(attr.kind),
         perm: attr.perm,
         nlink: attr.nlink,
         uid: attr.uid,
@@ -130,6 +142,121 @@ fn store_space(store: &Path) -> Option<libc::statvfs> {
 fn name_str(name: &OsStr) -> Result<&str, Error> {
     name.to_str()
         .ok_or_else(|| Error::NotFound("names in this filesystem are UTF-8".into()))
+}
+
+/// One of fuser's two directory replies. The cookie scheme and `.`/`..` are
+/// written once, in [`FuseAdapter::reply_listing`]; a replier only adds what
+/// it is handed, and says when the kernel's buffer is full.
+trait DirectoryReplier {
+    /// Adds `.` or `..` (of directory `dir`); true when the buffer is full.
+    fn add_dot(&mut self, dir: INodeNo, cookie: u64, name: &str) -> bool;
+    /// Adds one entry of the model's listing; true when the buffer is full.
+    fn add_entry(&mut self, entry: DirEntry, cookie: u64) -> bool;
+    /// Sends what was added.
+    fn ok(self);
+    /// Answers the listing with an error instead.
+    fn error(self, errno: Errno);
+}
+
+/// `readdir`: names and kinds only.
+struct Names(ReplyDirectory);
+
+impl DirectoryReplier for Names {
+    fn add_dot(&mut self, dir: INodeNo, cookie: u64, name: &str) -> bool {
+        self.0.add(dir, cookie, FileType::Directory, name)
+    }
+
+    fn add_entry(&mut self, entry: DirEntry, cookie: u64) -> bool {
+        self.0.add(
+            INodeNo(entry.ino),
+            cookie,
+            file_type(entry.kind),
+            &entry.name,
+        )
+    }
+
+    fn ok(self) {
+        self.0.ok()
+    }
+
+    fn error(self, errno: Errno) {
+        self.0.error(errno)
+    }
+}
+
+/// `readdirplus`: each entry with its attributes, found only for entries sent.
+struct WithAttrs<'a> {
+    adapter: &'a FuseAdapter,
+    reply: ReplyDirectoryPlus,
+    /// The directory's own attributes, which `.` and `..` carry (the kernel
+    /// links no dentry for them, so they are never cached).
+    own: FileAttr,
+}
+
+impl DirectoryReplier for WithAttrs<'_> {
+    fn add_dot(&mut self, dir: INodeNo, cookie: u64, name: &str) -> bool {
+        let ttl = Duration::ZERO;
+        self.reply
+            .add(dir, cookie, name, &ttl, &self.own, Generation(0))
+    }
+
+    fn add_entry(&mut self, entry: DirEntry, cookie: u64) -> bool {
+        let fs = &self.adapter.fs;
+        // A panic finding one entry's attributes ends the page there.
+        let Ok(plus) = guarded("readdirplus", || Ok(fs.entry_plus(entry))) else {
+            return true;
+        };
+        let ttl = match plus.cacheable {
+            true => self.adapter.attr_ttl(plus.entry.ino),
+            false => Duration::ZERO,
+        };
+        let attr = file_attr(&plus.attr);
+        let ino = INodeNo(plus.entry.ino);
+        self.reply
+            .add(ino, cookie, &plus.entry.name, &ttl, &attr, Generation(0))
+    }
+
+    fn ok(self) {
+        self.reply.ok()
+    }
+
+    fn error(self, errno: Errno) {
+        self.reply.error(errno)
+    }
+}
+
+impl FuseAdapter {
+    /// Answers one page of a listing from `offset`. Cookies: 1 and 2 are `.`
+    /// and `..`; an entry's cookie is 2 + the offset the model continues from
+    /// after it, so a cookie stays valid while entries come and go.
+    fn reply_listing(
+        &self,
+        op: &str,
+        dir: INodeNo,
+        offset: u64,
+        batch: usize,
+        mut replier: impl DirectoryReplier,
+    ) {
+        const DOTS: u64 = 2;
+        let entries = match guarded(op, || {
+            self.fs.readdir(dir.0, offset.saturating_sub(DOTS), batch)
+        }) {
+            Ok(entries) => entries,
+            Err(errno) => return replier.error(errno),
+        };
+        for (cookie, name) in [(1, "."), (DOTS, "..")] {
+            if offset < cookie && replier.add_dot(dir, cookie, name) {
+                return replier.ok();
+            }
+        }
+        for entry in entries {
+            let cookie = entry.next + DOTS;
+            if replier.add_entry(entry, cookie) {
+                break;
+            }
+        }
+        replier.ok()
+    }
 }
 
 impl Filesystem for FuseAdapter {
@@ -190,28 +317,16 @@ impl Filesystem for FuseAdapter {
         flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let result = guarded("setattr", || {
-            // Truncating a control file to 0 (`echo N > fork` without atomic O_TRUNC, or
-            // truncate(2)) is allowed, with the mtime and ctime the kernel may send along.
-            let truncating = size == Some(0);
-            let changes_times = atime.is_some()
+        let change = AttrChange {
+            size,
+            mode_or_owner: mode.is_some() || uid.is_some() || gid.is_some() || flags.is_some(),
+            modification_times: mtime.is_some() || ctime.is_some(),
+            other_times: atime.is_some()
                 || crtime.is_some()
                 || chgtime.is_some()
-                || bkuptime.is_some()
-                || (!truncating && (mtime.is_some() || ctime.is_some()));
-            let changes_mode_or_owner =
-                mode.is_some() || uid.is_some() || gid.is_some() || flags.is_some();
-            if changes_times || changes_mode_or_owner || size.is_some_and(|s| s != 0) {
-                return Err(Error::ReadOnly(
-                    "sessionfs files' times, modes, owners and sizes cannot be changed".into(),
-                ));
-            }
-            if size == Some(0) {
-                self.fs.truncate(ino.0)
-            } else {
-                self.fs.getattr(ino.0)
-            }
-        });
+                || bkuptime.is_some(),
+        };
+        let result = guarded("setattr", || self.fs.setattr(ino.0, change));
         match result {
             Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
             Err(errno) => reply.error(errno),
@@ -307,44 +422,11 @@ impl Filesystem for FuseAdapter {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        // Cookies: 1 and 2 are `.` and `..`; an entry's cookie is 2 + the offset
-        // the model continues from after it. A page holds about a hundred names.
+        // A page holds about a hundred names.
         const BATCH: usize = 128;
-        let result = guarded("readdir", || {
-            let mut dots = Vec::new();
-            if offset == 0 {
-                dots.push((ino.0, 1u64, FileType::Directory, ".".to_string()));
-            }
-            if offset <= 1 {
-                dots.push((ino.0, 2, FileType::Directory, "..".to_string()));
-            }
-            let first = offset.saturating_sub(2);
-            let entries = self.fs.readdir(ino.0, first, BATCH)?;
-            Ok((dots, entries))
-        });
-        match result {
-            Ok((dots, entries)) => {
-                for (ino, cookie, kind, name) in dots {
-                    if reply.add(INodeNo(ino), cookie, kind, name) {
-                        return reply.ok();
-                    }
-                }
-                for entry in entries {
-                    let kind = match entry.kind {
-                        Kind::Dir => FileType::Directory,
-                        Kind::File => FileType::RegularFile,
-                        Kind::Symlink => FileType::Symlink,
-                    };
-                    if reply.add(INodeNo(entry.ino), entry.next + 2, kind, &entry.name) {
-                        break;
-                    }
-                }
-                reply.ok()
-            }
-            Err(errno) => reply.error(errno),
-        }
+        self.reply_listing("readdir", ino, offset, BATCH, Names(reply));
     }
 
     fn readdirplus(
@@ -353,50 +435,19 @@ impl Filesystem for FuseAdapter {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
-        // Cookies as in `readdir`. The kernel links no dentry for `.` and `..`.
         // A page holds a few dozen entries with attributes: more names than
         // fit are listed, but attributes are found only for those sent.
         const BATCH: usize = 64;
-        let result = guarded("readdirplus", || {
-            let own = self.fs.getattr(ino.0)?;
-            let first = offset.saturating_sub(2);
-            let entries = self.fs.readdir(ino.0, first, BATCH)?;
-            Ok((own, entries))
-        });
-        match result {
-            Ok((own, entries)) => {
-                let own = file_attr(&own);
-                for (cookie, name) in [(1u64, "."), (2, "..")] {
-                    if offset < cookie
-                        && reply.add(ino, cookie, name, &Duration::ZERO, &own, Generation(0))
-                    {
-                        return reply.ok();
-                    }
-                }
-                for entry in entries {
-                    let Ok(plus) = guarded("readdirplus", || Ok(self.fs.entry_plus(entry))) else {
-                        break;
-                    };
-                    let ttl = match plus.cacheable {
-                        true => self.attr_ttl(plus.entry.ino),
-                        false => Duration::ZERO,
-                    };
-                    let cookie = plus.entry.next + 2;
-                    let attr = file_attr(&plus.attr);
-                    if reply.add(
-                        INodeNo(plus.entry.ino),
-                        cookie,
-                        &plus.entry.name,
-                        &ttl,
-                        &attr,
-                        Generation(0),
-                    ) {
-                        break;
-                    }
-                }
-                reply.ok()
+        match guarded("readdirplus", || self.fs.getattr(ino.0)) {
+            Ok(own) => {
+                let replier = WithAttrs {
+                    adapter: self,
+                    reply,
+                    own: file_attr(&own),
+                };
+                self.reply_listing("readdirplus", ino, offset, BATCH, replier);
             }
             Err(errno) => reply.error(errno),
         }
@@ -550,21 +601,111 @@ impl Filesystem for FuseAdapter {
     }
 }
 
-/// Hands a spilled transcript to the kernel's page cache, segment by segment
-/// and at most 1 MiB at a time, so nothing is copied to send it.
-/// An inode the kernel no longer knows is refused (ENOENT): nothing to keep.
-pub fn store_pages(notifier: &fuser::Notifier, spill: &crate::fs::paged::Spill) {
-    const PIECE: usize = 1 << 20;
-    let mut offset = 0u64;
-    for piece in spill
-        .bytes
-        .pieces()
-        .flat_map(|segment| segment.chunks(PIECE))
-    {
-        if let Err(e) = notifier.store(INodeNo(spill.ino), offset, piece) {
-            log::debug!("page cache of inode {} not filled: {e}", spill.ino);
-            return;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::FsConfig;
+    use crate::fs::inode::ROOT;
+    use crate::model::header::SessionHeader;
+    use crate::store::memory::MemoryStore;
+
+    /// A kernel buffer that holds `room` entries, as mountpoint-s3's test
+    /// replier caps entries per call, so paging is exercised without a mount.
+    struct Page<'a> {
+        room: usize,
+        added: &'a mut Vec<(u64, String)>,
+        answer: &'a mut Option<Result<(), Errno>>,
+    }
+
+    impl Page<'_> {
+        fn push(&mut self, cookie: u64, name: &str) -> bool {
+            if self.added.len() == self.room {
+                return true;
+            }
+            self.added.push((cookie, name.to_string()));
+            false
         }
-        offset += piece.len() as u64;
+    }
+
+    impl DirectoryReplier for Page<'_> {
+        fn add_dot(&mut self, _dir: INodeNo, cookie: u64, name: &str) -> bool {
+            self.push(cookie, name)
+        }
+
+        fn add_entry(&mut self, entry: DirEntry, cookie: u64) -> bool {
+            self.push(cookie, &entry.name)
+        }
+
+        fn ok(self) {
+            *self.answer = Some(Ok(()));
+        }
+
+        fn error(self, errno: Errno) {
+            *self.answer = Some(Err(errno));
+        }
+    }
+
+    /// Lists `dir` page by page, each resumed from the last cookie sent, as
+    /// the kernel does; `room` entries fit in a page.
+    fn list_by_pages(adapter: &FuseAdapter, dir: u64, room: usize) -> Vec<String> {
+        let (mut names, mut offset) = (Vec::new(), 0);
+        loop {
+            let (mut added, mut answer) = (Vec::new(), None);
+            let page = Page {
+                room,
+                added: &mut added,
+                answer: &mut answer,
+            };
+            adapter.reply_listing("readdir", INodeNo(dir), offset, 128, page);
+            assert_eq!(answer, Some(Ok(())));
+            let Some(&(last, _)) = added.last() else {
+                return names;
+            };
+            assert!(last > offset, "cookie {last} after offset {offset}");
+            offset = last;
+            names.extend(added.into_iter().map(|(_, name)| name));
+        }
+    }
+
+    fn adapter_over(sessions: &[String]) -> FuseAdapter {
+        let store = MemoryStore::default();
+        for id in sessions {
+            store.insert(SessionHeader::new(id, 1_772_457_300_000), Vec::new());
+        }
+        let fs = SessionFs::new(Box::new(store), FsConfig::default());
+        FuseAdapter::new(fs, Duration::from_secs(1), PathBuf::from("/"))
+    }
+
+    #[test]
+    fn paged_listings_send_the_dots_then_every_name_once() {
+        let sessions: Vec<String> = (0..300).map(|n| format!("s{n:03}")).collect();
+        let adapter = adapter_over(&sessions);
+        for room in [1, 2, 3, 7, 128, 1000] {
+            let names = list_by_pages(&adapter, ROOT, room);
+            assert_eq!(names[..2], [".", ".."], "room {room}");
+            assert!(!names[2..].iter().any(|name| name.starts_with('.')));
+            let mut listed: Vec<&str> = names[2..]
+                .iter()
+                .map(String::as_str)
+                .filter(|name| name.starts_with('s'))
+                .collect();
+            listed.sort_unstable();
+            let expected: Vec<&str> = sessions.iter().map(String::as_str).collect();
+            assert_eq!(listed, expected, "room {room}");
+        }
+    }
+
+    #[test]
+    fn a_listing_of_no_directory_is_answered_with_its_errno() {
+        let adapter = adapter_over(&[]);
+        let (mut added, mut answer) = (Vec::new(), None);
+        let page = Page {
+            room: 10,
+            added: &mut added,
+            answer: &mut answer,
+        };
+        adapter.reply_listing("readdir", INodeNo(u64::MAX), 0, 128, page);
+        assert_eq!(answer, Some(Err(Errno::ENOENT)));
+        assert!(added.is_empty());
     }
 }
