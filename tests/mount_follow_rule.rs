@@ -501,7 +501,6 @@ fn mappable(dir: &Path) -> Vec<PathBuf> {
 }
 
 #[test]
-#[ignore = "issue 29 open: readdirplus gives header/surface/index a stand-in size 0, the kernel truncates the mapped inode and the mapper gets SIGBUS"]
 fn mappings_survive_ls_l_beside_them() {
     if let Ok(files) = std::env::var(MAPPER_FILES) {
         map_repeatedly(&files);
