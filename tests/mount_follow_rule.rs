@@ -212,7 +212,7 @@ fn read_whole(file: &std::fs::File) -> Vec<u8> {
 /// What a fresh open of `path` reads, with its inode, taken twice so that a
 /// view changing in between is retried rather than blamed on a descriptor.
 fn fresh(path: &Path) -> (u64, Vec<u8>) {
-    loop {
+    for _ in 0..100 {
         let mut file = std::fs::File::open(path).expect("open fresh");
         let ino = file.metadata().expect("fstat").ino();
         let mut first = Vec::new();
@@ -230,6 +230,10 @@ fn fresh(path: &Path) -> (u64, Vec<u8>) {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    panic!(
+        "{}: two opens never read the same bytes within 5 s",
+        path.display()
+    );
 }
 
 /// Opens every generated file the directory shows.
