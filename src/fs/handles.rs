@@ -169,10 +169,12 @@ impl SessionFs {
         Ok(ReadData::new(&content.bytes, offset, size))
     }
 
-    /// A file that only grew since it was opened may be read further (`tail -f`);
-    /// a rewritten one keeps serving the snapshot taken at open. The prefix
-    /// check skips the segments both snapshots share, so following a large
-    /// transcript reads only the tail it held.
+    /// A file that only grew since it was opened may be read further (`tail -f`),
+    /// whatever happened to the session's other files; a rewritten one keeps
+    /// serving the snapshot taken at open. The prefix check skips the segments
+    /// both snapshots share, so following a large transcript reads only the
+    /// tail it held. A transcript's lineage is its inode, whose pages the
+    /// kernel keeps, so it reads on only within its lineage.
     fn follow_growth(&self, fh: u64, ino: Ino, content: Content) -> Content {
         // A spilled transcript's log is unchanged since its view was dropped:
         // nothing grew, and the session is not read again to learn that (the
@@ -182,7 +184,7 @@ impl SessionFs {
         }
         match self.file(ino, Duration::ZERO) {
             Ok(current)
-                if current.lineage == content.lineage
+                if (current.lineage == content.lineage || !super::is_paged(ino.encode()))
                     && current.bytes.len() > content.bytes.len()
                     && current.bytes.starts_with(&content.bytes) =>
             {

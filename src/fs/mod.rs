@@ -164,10 +164,9 @@ pub struct DirEntry {
 pub struct EntryPlus {
     /// The entry.
     pub entry: DirEntry,
-    /// Its attributes.
-    pub attr: Attr,
-    /// False when `attr` is a stand-in that must not be cached.
-    pub cacheable: bool,
+    /// `None` when the size is costly to know now: the entry is listed without
+    /// attributes, and the kernel looks the name up before any use.
+    pub attr: Option<Attr>,
 }
 
 /// The filesystem model the adapter drives: one call per kernel request.
@@ -652,25 +651,17 @@ impl SessionFs {
 
     /// An entry with its attributes (`readdirplus`), so that `ls -l` of a large
     /// directory needs no lookup per entry. A generated view's size costs a
-    /// render, so its attributes are given as already stale instead: the kernel
-    /// asks for them again before any use, as it does after a plain `readdir`.
-    /// The transcript's size costs nothing (the listing loaded the view), and a
-    /// stand-in size would truncate the pages the kernel holds of it.
+    /// render, and an event's size waits for the scan: those entries come
+    /// without attributes rather than with a stand-in size, which the kernel
+    /// would apply to an inode it already holds (cutting a mapping short: a
+    /// SIGBUS). The transcript's size costs nothing (the listing loaded the view).
     pub fn entry_plus(&self, entry: DirEntry) -> EntryPlus {
-        let stand_in = is_rewritable(entry.ino) && !is_paged(entry.ino);
-        let known = match stand_in || self.is_building(entry.ino) {
+        let costly = is_rewritable(entry.ino) && !is_paged(entry.ino);
+        let attr = match costly || self.is_building(entry.ino) {
             true => None,
             false => self.getattr(entry.ino).ok(),
         };
-        let cacheable = known.is_some();
-        let attr = known.unwrap_or_else(|| {
-            self.make_attr(entry.ino, entry.kind, 0, 0o444, SystemTime::UNIX_EPOCH)
-        });
-        EntryPlus {
-            entry,
-            attr,
-            cacheable,
-        }
+        EntryPlus { entry, attr }
     }
 
     /// Root names of sessions removed from the store since the last call: the

@@ -77,6 +77,34 @@ fn file_type(kind: Kind) -> FileType {
     }
 }
 
+/// Above `i64::MAX`: the kernel links no dentry and changes no inode for a
+/// `readdirplus` entry with this size, yet lists its name and inode number
+/// (`fuse_direntplus_link` rejects the attributes, then forgets the entry).
+/// fuser 0.18 sends `attr.ino` as both the node id and the listed inode, so
+/// node id 0, the protocol's "no attributes", would list inode 0, which
+/// glibc before 2.37 skips.
+const WITHHELD_SIZE: u64 = u64::MAX;
+
+/// Attributes for a `readdirplus` entry the fs gave none for: the kernel
+/// ignores them and looks the name up when it is used.
+fn withheld_attr(ino: u64, kind: Kind) -> FileAttr {
+    let attr = Attr {
+        ino,
+        kind,
+        size: 0,
+        perm: 0,
+        nlink: 1,
+        mtime: std::time::UNIX_EPOCH,
+        uid: 0,
+        gid: 0,
+    };
+    FileAttr {
+        size: WITHHELD_SIZE,
+        blocks: 0,
+        ..file_attr(&attr)
+    }
+}
+
 fn file_attr(attr: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(attr.ino),
@@ -206,11 +234,13 @@ impl DirectoryReplier for WithAttrs<'_> {
         let Ok(plus) = guarded("readdirplus", || Ok(fs.entry_plus(entry))) else {
             return true;
         };
-        let ttl = match plus.cacheable {
-            true => self.adapter.attr_ttl(plus.entry.ino),
-            false => Duration::ZERO,
+        let (attr, ttl) = match &plus.attr {
+            Some(attr) => (file_attr(attr), self.adapter.attr_ttl(plus.entry.ino)),
+            None => (
+                withheld_attr(plus.entry.ino, plus.entry.kind),
+                Duration::ZERO,
+            ),
         };
-        let attr = file_attr(&plus.attr);
         let ino = INodeNo(plus.entry.ino);
         self.reply
             .add(ino, cookie, &plus.entry.name, &ttl, &attr, Generation(0))
