@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use sessionfs::json::JsonMap;
 use sessionfs::model::Refusal;
-use sessionfs::model::quick::Scanned;
+use sessionfs::model::Scanned;
 use sessionfs::store::jsonl::{JsonlStore, MAX_RECORD_BYTES};
 use sessionfs::store::sqlite::SqliteStore;
 use sessionfs::store::zstd_frames::{

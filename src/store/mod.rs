@@ -18,8 +18,8 @@ use std::sync::mpsc;
 
 use crate::json::JsonMap;
 use crate::model::Refusal;
+use crate::model::Scanned;
 use crate::model::header::SessionHeader;
-use crate::model::quick::Scanned;
 
 /// How a backend finds one session again.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
