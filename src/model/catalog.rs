@@ -322,7 +322,7 @@ mod tests {
                 .or_insert_with(|| id.clone());
             assert_eq!(earlier, &id, "two ids show as {name:?}");
 
-            let cwd = (next(&mut state) % 5 != 0).then(|| id.clone());
+            let cwd = (!next(&mut state).is_multiple_of(5)).then(|| id.clone());
             let project = project_name(cwd.as_deref());
             assert!(can_show(&project), "{cwd:?}: {project:?}");
             let earlier = ids_by_project
