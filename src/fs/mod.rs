@@ -256,6 +256,7 @@ impl SessionFs {
                 header: Err(reason.to_string()),
                 raw_name: None,
                 mode: None,
+                stored: None,
             },
         };
         Self::reread(&slot, listing);

@@ -1,6 +1,7 @@
 //! The bytes of generated files. Every renderer produces complete bytes, so a
 //! file's exact size is known before its first read.
 
+pub mod catalog;
 pub mod event_file;
 pub mod markdown;
 pub mod transcript;
