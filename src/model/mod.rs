@@ -7,6 +7,7 @@ pub mod fold;
 pub mod fork;
 pub mod header;
 pub mod ids;
+pub mod latest;
 pub mod legacy;
 pub mod quick;
 pub mod repair;
