@@ -5,6 +5,8 @@
 //!   request header, crash repair, fork rules). No files, no FUSE.
 //! - [`store`]: the on-disk formats (JSONL, zstd JSONL, SQLite) turned into
 //!   logical events, and fork children written back. No FUSE.
+//! - [`catalog`]: store listings as the root's index entries show them
+//!   (`sessions.jsonl`), reading no log.
 //! - [`view`]: one session's indexed state and the bytes of its generated files.
 //! - [`fs`]: the filesystem model (inodes, lookups, reads, control files), with
 //!   errors that carry an errno and a sentence.
@@ -12,6 +14,7 @@
 //!   cannot be opened, said before mounting.
 
 pub mod bytes;
+pub mod catalog;
 pub mod cli;
 pub mod error;
 pub mod fs;
