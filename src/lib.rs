@@ -6,6 +6,8 @@
 //! - [`store`]: the on-disk formats (JSONL, zstd JSONL, SQLite) turned into
 //!   logical events, and fork children written back. No FUSE.
 //! - [`render`]: the bytes of generated files, complete so their size is exact.
+//! - [`catalog`]: store listings as the root's index entries show them
+//!   (`sessions.jsonl`), reading no log.
 //! - [`view`]: one session's indexed state and the bytes of its generated files.
 //! - [`fs`]: the filesystem model (inodes, lookups, reads, control files, what
 //!   `setattr` may change), with errors that carry an errno and a sentence.
@@ -23,6 +25,7 @@
 //!   own; [`random`]: random identifiers from the kernel.
 
 pub mod bytes;
+pub mod catalog;
 pub mod cli;
 pub mod error;
 pub mod fs;

@@ -17,8 +17,8 @@ use sessionfs::error::Error;
 use sessionfs::fs::inode::ROOT;
 use sessionfs::fs::{FsConfig, Kind, SessionFs};
 use sessionfs::json::JsonMap;
+use sessionfs::model::Scanned;
 use sessionfs::model::header::SessionHeader;
-use sessionfs::model::quick::Scanned;
 use sessionfs::model::{Cause, Refusal};
 use sessionfs::store::memory::MemoryStore;
 use sessionfs::store::{

@@ -11,7 +11,7 @@ use common::views::{check_views, text};
 use common::{Mount, StoreCopy, TempDir, copy_tree, event_names, read_json, session_dir, snapshot};
 use serde_json::Value;
 use sessionfs::json::JsonMap;
-use sessionfs::model::quick::Scanned;
+use sessionfs::model::Scanned;
 use sessionfs::store::{Backend, Writer};
 
 fn legacy() -> PathBuf {

@@ -20,7 +20,8 @@ use sessionfs::model::chunk_rows::{
 };
 use sessionfs::model::fold::SessionFold;
 use sessionfs::model::header::SessionHeader;
-use sessionfs::model::quick::{self, ChunkRun, Scanned};
+use sessionfs::model::quick;
+use sessionfs::model::{ChunkRun, Scanned};
 use sessionfs::render::event_file;
 use sessionfs::store::Backend;
 use sessionfs::store::{EventLoc, ScanPoint};

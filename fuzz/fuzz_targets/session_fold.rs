@@ -18,7 +18,7 @@ use sessionfs::json::JsonMap;
 use sessionfs::model::chunk_rows::{JSONL_ROW_LIMITS, RowKind, expand_jsonl_row};
 use sessionfs::model::fold::SessionFold;
 use sessionfs::model::header::SessionHeader;
-use sessionfs::model::quick::Scanned;
+use sessionfs::model::Scanned;
 use sessionfs::model::surface::SurfaceFold;
 use sessionfs::store::Catalog;
 use sessionfs::store::memory::MemoryStore;

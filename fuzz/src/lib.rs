@@ -105,7 +105,7 @@ pub type Scanned = (
 /// are fetched, to compare whole events.
 pub fn scan_from(store: &dyn Backend, key: &SessionKey, from: &ScanPoint) -> Scanned {
     let mut scanned = Vec::new();
-    let mut sink = |loc: EventLoc, event: sessionfs::model::quick::Scanned| {
+    let mut sink = |loc: EventLoc, event: sessionfs::model::Scanned| {
         scanned.push((loc, event));
         Ok(())
     };
@@ -113,8 +113,8 @@ pub fn scan_from(store: &dyn Backend, key: &SessionKey, from: &ScanPoint) -> Sca
     let events = scanned
         .into_iter()
         .map(|(loc, event)| match event {
-            sessionfs::model::quick::Scanned::Event(event) => (loc, event),
-            sessionfs::model::quick::Scanned::Chunk { .. } => match store.fetch(key, loc) {
+            sessionfs::model::Scanned::Event(event) => (loc, event),
+            sessionfs::model::Scanned::Chunk { .. } => match store.fetch(key, loc) {
                 Ok(event) => (loc, event),
                 Err(refusal) => panic!("fetch({loc:?}) of a scanned chunk fails: {refusal}"),
             },

@@ -266,6 +266,7 @@ impl SessionFs {
                 header: Err(reason.to_string()),
                 raw_name: None,
                 mode: None,
+                stored: None,
             },
         };
         Self::reread(&slot, Listed::of(listing, self.store.clone(), false));

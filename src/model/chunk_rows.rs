@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 
 use crate::json::{JsonMap, MAX_SAFE_INTEGER, safe_integer};
-use crate::model::fold::CHUNK_TYPE;
+use crate::model::validate::CHUNK_TYPE;
 
 /// The three storage tags. They have no slash, so they never clash with event types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,19 +5,16 @@
 use serde_json::Value;
 
 use crate::json::JsonMap;
-use crate::model::Refusal;
 use crate::model::fork::TurnBoundaries;
 use crate::model::header::{SessionHeader, canonical_request_header};
 use crate::model::legacy::{MessageIds, convert_event};
-use crate::model::quick::Scanned;
 use crate::model::repair::RepairScan;
 use crate::model::surface::{SurfaceEffect, SurfaceFold};
 use crate::model::validate::{
-    check_envelope, check_message_shape, check_request_header, check_retired, is_ignorable,
-    is_known_type, is_surface_type, unknown_type_refusal,
+    CHUNK_TYPE, check_envelope, check_message_shape, check_request_header, check_retired,
+    is_ignorable, is_known_type, is_surface_type, unknown_type_refusal,
 };
-
-pub const CHUNK_TYPE: &str = "assistant/chunk";
+use crate::model::{Refusal, Scanned};
 
 /// What folding one stored event did.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,17 +1,67 @@
 //! The pure session model: events, the surface, the request header, crash repair
 //! and fork rules. Nothing here touches files or FUSE.
 
+pub mod catalog;
 pub mod chunk_rows;
 pub mod fold;
 pub mod fork;
 pub mod header;
 pub mod ids;
+pub mod latest;
 pub mod legacy;
 pub mod quick;
 pub mod repair;
 pub mod steps;
 pub mod surface;
 pub mod validate;
+
+use crate::json::JsonMap;
+
+/// One stored event as a backend hands it to the fold.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Scanned {
+    Event(JsonMap),
+    /// A streamed `assistant/chunk` other than a `finish`: its contents stay in
+    /// the store and are fetched when its file is read.
+    Chunk {
+        seq: u64,
+        time: i64,
+        step: ChunkStep,
+        /// The length of the event pretty-printed (`json::pretty_line`).
+        size: u64,
+    },
+}
+
+/// The `data.turn` and `data.step` of a chunk, as numbers compare in the
+/// Harness's JS (the boundary rule of `steps/` matches them to a `step/start`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ChunkStep {
+    pub turn: f64,
+    pub step: f64,
+}
+
+/// A run of `assistant/chunk` events of one step: the first seq, and each
+/// event's time and pretty-printed length.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChunkRun {
+    pub seq0: u64,
+    pub times: Vec<i64>,
+    pub sizes: Vec<u64>,
+    pub step: ChunkStep,
+}
+
+impl ChunkRun {
+    pub fn events(&self) -> impl Iterator<Item = Scanned> + '_ {
+        (self.seq0..)
+            .zip(self.times.iter().zip(&self.sizes))
+            .map(|(seq, (time, size))| Scanned::Chunk {
+                seq,
+                time: *time,
+                step: self.step,
+                size: *size,
+            })
+    }
+}
 
 /// Why a session cannot be shown.
 #[derive(Clone, Debug, PartialEq, Eq)]

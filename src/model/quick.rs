@@ -19,56 +19,11 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
-use crate::json::{JsonMap, MAX_SAFE_INTEGER};
+use crate::json::MAX_SAFE_INTEGER;
 use crate::json_len::{container_len, int_len, member_len, raw_pretty_len, string_len};
 use crate::model::chunk_rows::{RowKind, RowLimits, member_times};
-use crate::model::fold::CHUNK_TYPE;
-
-/// One stored event as a backend hands it to the fold.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Scanned {
-    Event(JsonMap),
-    /// A streamed `assistant/chunk` other than a `finish`: its contents stay in
-    /// the store and are fetched when its file is read.
-    Chunk {
-        seq: u64,
-        time: i64,
-        step: ChunkStep,
-        /// The length of the event pretty-printed (`json::pretty_line`).
-        size: u64,
-    },
-}
-
-/// The `data.turn` and `data.step` of a chunk, as numbers compare in the
-/// Harness's JS (the boundary rule of `steps/` matches them to a `step/start`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ChunkStep {
-    pub turn: f64,
-    pub step: f64,
-}
-
-/// A run of `assistant/chunk` events of one step: the first seq, and each
-/// event's time and pretty-printed length.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ChunkRun {
-    pub seq0: u64,
-    pub times: Vec<i64>,
-    pub sizes: Vec<u64>,
-    pub step: ChunkStep,
-}
-
-impl ChunkRun {
-    pub fn events(&self) -> impl Iterator<Item = Scanned> + '_ {
-        (self.seq0..)
-            .zip(self.times.iter().zip(&self.sizes))
-            .map(|(seq, (time, size))| Scanned::Chunk {
-                seq,
-                time: *time,
-                step: self.step,
-                size: *size,
-            })
-    }
-}
+use crate::model::validate::CHUNK_TYPE;
+use crate::model::{ChunkRun, ChunkStep};
 
 /// Reads a JSONL record quickly when it is a packed row or a lone
 /// `assistant/chunk` event with only the envelope keys, written type first as

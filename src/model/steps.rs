@@ -19,8 +19,8 @@
 use serde_json::Value;
 
 use crate::json::JsonMap;
-use crate::model::quick::{ChunkStep, Scanned};
 use crate::model::surface::SurfaceEffect;
+use crate::model::{ChunkStep, Scanned};
 
 /// How a call's first response was logged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub enum ResponseKind {
 impl ResponseKind {
     pub fn event_type(self) -> &'static str {
         match self {
-            ResponseKind::Chunk => crate::model::fold::CHUNK_TYPE,
+            ResponseKind::Chunk => crate::model::validate::CHUNK_TYPE,
             ResponseKind::Message => "assistant/message",
         }
     }

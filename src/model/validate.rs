@@ -7,6 +7,9 @@ use serde_json::Value;
 
 use crate::json::{JsonMap, non_negative_safe_integer, safe_integer, str_field};
 
+/// The type of a streamed model-output chunk, alone or packed in rows (spec §10.4).
+pub const CHUNK_TYPE: &str = "assistant/chunk";
+
 /// The 48 event types of the reference Harness build (spec §3.11).
 pub const KNOWN_EVENT_TYPES: [&str; 48] = [
     "user/message",

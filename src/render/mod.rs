@@ -3,6 +3,7 @@
 
 #![warn(missing_docs)]
 
+pub mod catalog;
 pub mod event_file;
 pub mod markdown;
 pub mod transcript;

@@ -7,8 +7,8 @@ use std::sync::RwLock;
 
 use crate::json::JsonMap;
 use crate::model::Refusal;
+use crate::model::Scanned;
 use crate::model::header::SessionHeader;
-use crate::model::quick::Scanned;
 use crate::store::{
     Catalog, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey, Source,
     Watched, Writer, find_row,

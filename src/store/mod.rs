@@ -18,8 +18,8 @@ use std::sync::mpsc;
 
 use crate::json::JsonMap;
 use crate::model::Refusal;
+use crate::model::Scanned;
 use crate::model::header::SessionHeader;
-use crate::model::quick::Scanned;
 
 /// How a backend finds one session again.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -53,6 +53,33 @@ pub struct Listing {
     pub raw_name: Option<String>,
     /// The permission bits of the stored file, when the listing saw them.
     pub mode: Option<u32>,
+    /// The stored log's size and last write, when the listing saw them (a
+    /// JSONL file's metadata; SQLite keeps neither per session).
+    pub stored: Option<StoredFile>,
+}
+
+/// What a listing learns of a session's log file without reading it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredFile {
+    /// The file's size in bytes (compressed, for zstd).
+    pub size: u64,
+    /// Its last modification, in ms since the Unix epoch.
+    pub modified_ms: i64,
+}
+
+impl StoredFile {
+    /// The size and modification time of a file's metadata.
+    pub fn of(meta: &std::fs::Metadata) -> StoredFile {
+        let modified_ms = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_millis() as i64);
+        StoredFile {
+            size: meta.len(),
+            modified_ms,
+        }
+    }
 }
 
 impl Listing {
@@ -64,6 +91,7 @@ impl Listing {
             header: Ok(header),
             raw_name: None,
             mode: None,
+            stored: None,
         }
     }
 }
@@ -276,6 +304,7 @@ pub fn find_row(store: &(impl Catalog + Source + ?Sized), id: &str) -> Vec<Listi
         key,
         raw_name: None,
         mode: None,
+        stored: None,
     }]
 }
 

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::json::{JsonMap, non_negative_safe_integer};
 use crate::model::Refusal;
-use crate::model::quick::{ChunkRun, Scanned};
+use crate::model::{ChunkRun, Scanned};
 
 /// Keeps a backend's records while they continue the log, and says where a
 /// torn tail starts.

@@ -16,7 +16,7 @@ use super::{JsonlStore, MAX_HEADER_BYTES, RAW_NAME, ZSTD_NAME, is_zstd};
 use crate::model::Refusal;
 use crate::model::header::SessionHeader;
 use crate::model::ids::{decode_segment, encode_segment, project_dir};
-use crate::store::{Catalog, Listing, SessionKey, Watched};
+use crate::store::{Catalog, Listing, SessionKey, StoredFile, Watched};
 use crate::sync::lock;
 
 /// Session directories listed at a time.
@@ -63,7 +63,7 @@ impl JsonlStore {
                                     continue;
                                 };
                                 if meta.is_file() {
-                                    let listing = self.listing(segment, &path, meta.mode());
+                                    let listing = self.listing(segment, &path, &meta);
                                     listed.push((2 * at + k, listing));
                                     found = true;
                                 }
@@ -102,7 +102,7 @@ impl JsonlStore {
     }
 
     /// One session's listing, from its header alone.
-    fn listing(&self, segment: &str, path: &Path, mode: u32) -> Listing {
+    fn listing(&self, segment: &str, path: &Path, meta: &std::fs::Metadata) -> Listing {
         let header = self
             .read_header(path)
             .and_then(|h| self.check_identity(path, &h).map(|_| h));
@@ -116,7 +116,8 @@ impl JsonlStore {
             key: SessionKey::File(path.to_path_buf()),
             header,
             raw_name,
-            mode: Some(mode & 0o7777),
+            mode: Some(meta.mode() & 0o7777),
+            stored: Some(StoredFile::of(meta)),
         }
     }
 
@@ -190,6 +191,7 @@ impl Catalog for JsonlStore {
                             header: Err("obsolete flat layout: a session log directly inside a project directory; move it to <project>/<id>/session.jsonl".into()),
                             raw_name: decoded.is_none().then(|| stem.to_string()),
                             mode: None,
+                            stored: None,
                         });
                     }
                 }
@@ -248,7 +250,7 @@ impl Catalog for JsonlStore {
                 if let Ok(meta) = std::fs::symlink_metadata(&path)
                     && meta.is_file()
                 {
-                    found.push(self.listing(&segment, &path, meta.mode()));
+                    found.push(self.listing(&segment, &path, &meta));
                 }
             }
         }

@@ -296,6 +296,7 @@ impl Catalog for SqliteStore {
                     header: row.header(),
                     raw_name: None,
                     mode,
+                    stored: None,
                 })
             })
             .collect())

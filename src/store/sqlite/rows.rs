@@ -11,10 +11,11 @@ use serde_json::{Map, Value};
 use super::schema::Schema;
 use super::varint::decode_source_seqs;
 use crate::json::{JsonMap, MAX_SAFE_INTEGER, safe_integer};
+use crate::model::ChunkRun;
 use crate::model::chunk_rows::{self, RowKind, SQLITE_ROW_LIMITS};
-use crate::model::fold::CHUNK_TYPE;
 use crate::model::header::SessionHeader;
-use crate::model::quick::{self, ChunkRun};
+use crate::model::quick;
+use crate::model::validate::CHUNK_TYPE;
 use crate::store::tail::Decoded;
 
 /// The schema's limit on a packed row's `data` JSON, text or decompressed (spec §11.3).

@@ -4,7 +4,7 @@
 use super::encode::pack_rows;
 use super::rows::{MAX_SCALAR_DATA_BYTES, data_text};
 use super::*;
-use crate::model::quick;
+use crate::model::Scanned;
 use rusqlite::types::Value as SqlValue;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -74,8 +74,8 @@ fn scan_from(store: &SqliteStore, id: &str, from: &ScanPoint) -> Result<ScanResu
     let events = scanned
         .into_iter()
         .map(|(loc, event)| match event {
-            quick::Scanned::Event(event) => Ok((loc, event)),
-            quick::Scanned::Chunk { .. } => store.fetch(&key(id), loc).map(|e| (loc, e)),
+            Scanned::Event(event) => Ok((loc, event)),
+            Scanned::Chunk { .. } => store.fetch(&key(id), loc).map(|e| (loc, e)),
         })
         .collect::<Result<_, _>>()?;
     Ok((events, point, end))
