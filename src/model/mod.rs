@@ -1,6 +1,7 @@
 //! The pure session model: events, the surface, the request header, crash repair
 //! and fork rules. Nothing here touches files or FUSE.
 
+pub mod activity;
 pub mod chunk_rows;
 pub mod fold;
 pub mod fork;
