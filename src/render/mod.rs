@@ -3,6 +3,7 @@
 
 pub mod event_file;
 pub mod markdown;
+pub mod status;
 pub mod transcript;
 
 use serde_json::{Map, Value};
