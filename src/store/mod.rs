@@ -18,6 +18,7 @@ use std::sync::mpsc;
 
 use crate::json::JsonMap;
 use crate::model::Refusal;
+use crate::model::activity::Writer;
 use crate::model::header::SessionHeader;
 use crate::model::quick::Scanned;
 
@@ -180,6 +181,21 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// Directories the last listing saw that may yet receive a session (JSONL:
+    /// session directories holding no log yet, as the Harness makes them just
+    /// before it links the log in), to be watched like `watch_dirs` so that
+    /// the session is listed as soon as its log appears.
+    fn awaiting_dirs(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
+
+    /// A cheap mark that changes whenever a session is added, read after a
+    /// data change (see `is_data_change`) to tell whether the listing must be
+    /// asked again now. `None` where a data change never adds a session.
+    fn added_mark(&self) -> Option<i64> {
+        None
+    }
+
     /// The directories whose changes may add, remove or write sessions, to be
     /// watched while mounted (JSONL: the root and each project directory;
     /// SQLite: the database's directory). Empty: the store cannot be watched.
@@ -215,6 +231,11 @@ pub trait Backend: Send + Sync {
     /// When the session's stored bytes were last modified, where the store knows.
     fn modified(&self, _key: &SessionKey) -> Option<std::time::SystemTime> {
         None
+    }
+
+    /// Whether a process that may still write the session has the store open.
+    fn writer(&self, _key: &SessionKey) -> Writer {
+        Writer::Unknown
     }
 
     /// Scans stored events from `from` on, handing each to `sink`, and returns

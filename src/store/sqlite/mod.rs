@@ -13,6 +13,7 @@
 //! generator), and `varint` is the `source_event_seqs` codec.
 
 mod encode;
+mod liveness;
 mod rows;
 mod schema;
 mod varint;
@@ -42,6 +43,7 @@ use super::{
 };
 use crate::json::JsonMap;
 use crate::model::Refusal;
+use crate::model::activity::Writer;
 use crate::model::header::SessionHeader;
 use crate::model::validate::check_envelope;
 
@@ -56,6 +58,9 @@ pub struct SqliteStore {
     path: PathBuf,
     schema: Schema,
     reader: Mutex<Connection>,
+    /// Declared after `reader`, so dropped after it: its descriptors must
+    /// not close while the reader holds locks (see `liveness`).
+    probe: liveness::WriterProbe,
 }
 
 impl SqliteStore {
@@ -77,6 +82,7 @@ impl SqliteStore {
             .map_err(unreadable)?;
         let schema = check_identity(&reader, &path)?;
         Ok(SqliteStore {
+            probe: liveness::WriterProbe::new(&path),
             path,
             schema,
             reader: Mutex::new(reader),
@@ -286,6 +292,17 @@ impl Backend for SqliteStore {
             || Some(name.to_string()) == file(&self.wal_path())
     }
 
+    /// A new session is a new `sessions` row, with a rowid above every other
+    /// (O(log n) to find); a removed one is seen at the next listing.
+    fn added_mark(&self) -> Option<i64> {
+        self.read(|tx| {
+            tx.query_row("SELECT coalesce(max(rowid), 0) FROM sessions", [], |row| {
+                row.get(0)
+            })
+        })
+        .ok()
+    }
+
     fn try_list(&self) -> Result<Vec<Listing>, Refusal> {
         let rows: Vec<SessionRow> = self.read(|tx| {
             tx.prepare_cached(LIST_SESSIONS)?
@@ -361,6 +378,12 @@ impl Backend for SqliteStore {
             .into_iter()
             .flatten()
             .max()
+    }
+
+    /// Every session shares the database: another connection may be the
+    /// Harness writing any of them.
+    fn writer(&self, _key: &SessionKey) -> Writer {
+        self.probe.writer()
     }
 
     fn scan(
@@ -1153,5 +1176,21 @@ mod tests {
         store.create(&child_header("first"), &events).unwrap();
         let expected: Vec<Value> = events.into_iter().map(Value::Object).collect();
         assert_same_events(&scan_all(&db.open(), "first"), &expected, "first");
+    }
+
+    #[test]
+    fn a_new_session_row_moves_the_added_mark() {
+        let db = TempDb::copy_of("sqlite17");
+        let store = db.open();
+        let before = store.added_mark().unwrap();
+        assert!(before > 0);
+        let writer = Connection::open(&db.path).unwrap();
+        writer
+            .execute(
+                "INSERT INTO sessions SELECT 'marked', version, created_at, cwd, NULL, NULL, origin, delegation_depth, agent_preset, 'inc-marked', 1 FROM sessions WHERE id = 'ledger-chat'",
+                [],
+            )
+            .unwrap();
+        assert!(store.added_mark().unwrap() > before);
     }
 }
