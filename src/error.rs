@@ -5,7 +5,7 @@ use std::fmt;
 use std::io;
 
 use crate::fs::writeback::FlushError;
-use crate::model::Refusal;
+use crate::model::{Cause, Refusal};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
@@ -39,7 +39,7 @@ impl Error {
             Error::Unreadable(Refusal::Corrupt(_)) => libc::EIO,
             // The log is fine; this build cannot interpret it.
             Error::Unreadable(Refusal::Unsupported(_)) => libc::EOPNOTSUPP,
-            Error::Unreadable(Refusal::Unavailable { errno, .. }) => *errno,
+            Error::Unreadable(Refusal::Unavailable { cause, .. }) => unavailable_errno(*cause),
             Error::Invalid(_) => libc::EINVAL,
             Error::Exists(_) => libc::EEXIST,
             Error::NameTooLong(_) => libc::ENAMETOOLONG,
@@ -74,6 +74,19 @@ impl fmt::Display for Error {
             | Error::Io { message: m, .. } => f.write_str(m),
             Error::Unreadable(refusal) => f.write_str(refusal.message()),
         }
+    }
+}
+
+/// The errno for a store that cannot be read now: a system call's own, else
+/// the nearest one to what the store said.
+fn unavailable_errno(cause: Cause) -> i32 {
+    match cause {
+        Cause::Busy => libc::EBUSY,
+        Cause::Denied => libc::EACCES,
+        Cause::Failed => libc::EIO,
+        Cause::OutOfMemory => libc::ENOMEM,
+        Cause::Removed => libc::ENOENT,
+        Cause::System(errno) => errno,
     }
 }
 

@@ -17,12 +17,13 @@ use sessionfs::error::Error;
 use sessionfs::fs::inode::ROOT;
 use sessionfs::fs::{FsConfig, Kind, SessionFs};
 use sessionfs::json::JsonMap;
-use sessionfs::model::Refusal;
 use sessionfs::model::header::SessionHeader;
 use sessionfs::model::quick::Scanned;
+use sessionfs::model::{Cause, Refusal};
 use sessionfs::store::memory::MemoryStore;
 use sessionfs::store::{
-    Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey,
+    Catalog, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey, Source,
+    Watched, Writer,
 };
 
 /// Counts what the filesystem asks of the store; `busy` makes the store
@@ -73,7 +74,7 @@ impl Calls {
     fn check_busy(&self) -> Result<(), Refusal> {
         match self.busy.load(Ordering::Relaxed) {
             true => Err(Refusal::Unavailable {
-                errno: libc::EBUSY,
+                cause: Cause::Busy,
                 reason: "the store is busy".into(),
             }),
             false => Ok(()),
@@ -90,10 +91,11 @@ struct Counted {
     extra: Vec<Listing>,
 }
 
-impl Backend for Counted {
+impl Catalog for Counted {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+
     fn list(&self) -> Vec<Listing> {
         self.calls.list.fetch_add(1, Ordering::Relaxed);
         let mut all = self.inner.list();
@@ -101,6 +103,7 @@ impl Backend for Counted {
         all.sort_by(|a, b| a.id.cmp(&b.id));
         all
     }
+
     fn list_parts(&self, each: &mut dyn FnMut(Vec<Listing>)) -> Result<(), Refusal> {
         let all = self.try_list()?;
         for part in all.chunks(self.part) {
@@ -109,14 +112,23 @@ impl Backend for Counted {
         each(self.extra.clone());
         Ok(())
     }
+
     fn find(&self, id: &str) -> Vec<Listing> {
         self.calls.find.fetch_add(1, Ordering::Relaxed);
         self.inner.find(id)
     }
+
+    fn contains(&self, id: &str) -> bool {
+        self.inner.contains(id)
+    }
+}
+
+impl Source for Counted {
     fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal> {
         self.calls.check_busy()?;
         self.inner.header(key)
     }
+
     fn revision(&self, key: &SessionKey) -> Result<Revision, Refusal> {
         self.calls.revision.fetch_add(1, Ordering::Relaxed);
         self.calls.check_busy()?;
@@ -124,6 +136,7 @@ impl Backend for Counted {
         let Revision(inner) = self.inner.revision(key)?;
         Ok(Revision(format!("{incarnation}.{inner}")))
     }
+
     fn scan(
         &self,
         key: &SessionKey,
@@ -140,16 +153,18 @@ impl Backend for Counted {
             sink(loc, scanned)
         })
     }
+
     fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal> {
         self.calls.fetch.fetch_add(1, Ordering::Relaxed);
         self.inner.fetch(key, loc)
     }
+}
+
+impl Writer for Counted {
     fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> std::io::Result<SessionKey> {
         self.inner.create(header, events)
     }
-    fn contains(&self, id: &str) -> bool {
-        self.inner.contains(id)
-    }
+
     fn repair(
         &self,
         key: &SessionKey,
@@ -160,6 +175,8 @@ impl Backend for Counted {
         self.inner.repair(key, keep, expected, tail)
     }
 }
+
+impl Watched for Counted {}
 
 /// The logical events of a fixture session (packed chunk rows expanded).
 fn fixture_events(id: &str) -> Vec<JsonMap> {

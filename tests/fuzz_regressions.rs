@@ -24,7 +24,9 @@ use sessionfs::store::zstd_frames::{
     FRAME_MAGIC, FrameScan, MAX_FRAME_PLAINTEXT, decode_frame, decode_torn_frame, encode_frame,
     scan_frame,
 };
-use sessionfs::store::{Backend, EventLoc, ScanEnd, ScanPoint, SessionKey};
+use sessionfs::store::{
+    Backend, Catalog, EventLoc, ScanEnd, ScanPoint, SessionKey, Source, Writer,
+};
 use sessionfs::view::{SessionView, ViewFile};
 
 /// Tests that need hundreds of MiB take turns, so the suite's peak stays near one of them.

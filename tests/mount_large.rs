@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use sessionfs::json::JsonMap;
 use sessionfs::model::chunk_rows::{JSONL_ROW_LIMITS, RowKind, expand_jsonl_row};
 use sessionfs::model::header::SessionHeader;
-use sessionfs::store::Backend;
+use sessionfs::store::Writer;
 use sessionfs::store::sqlite::SqliteStore;
 use sessionfs::store::zstd_frames::encode_frame;
 

@@ -12,7 +12,7 @@ use common::{Mount, StoreCopy, TempDir, copy_tree, event_names, read_json, sessi
 use serde_json::Value;
 use sessionfs::json::JsonMap;
 use sessionfs::model::quick::Scanned;
-use sessionfs::store::Backend;
+use sessionfs::store::{Backend, Writer};
 
 fn legacy() -> PathBuf {
     common::fixtures().join("legacy")

@@ -626,7 +626,7 @@ fn long_names_in_sqlite() {
         let event: serde_json::Map<String, Value> =
             serde_json::from_str(r#"{"type":"session/end-seed","seq":0,"time":1,"data":{}}"#)
                 .expect("event");
-        sessionfs::store::Backend::create(&store, &header, &[event]).expect("stored");
+        sessionfs::store::Writer::create(&store, &header, &[event]).expect("stored");
     }
     drop(store);
     let mount = Mount::new(&copy.path, &["-o", "grace=0"]);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sessionfs::json::deep_equal;
-use sessionfs::store::{self, Backend};
+use sessionfs::store::{self, Backend, Catalog};
 use sessionfs::view::{CallFile, SessionView};
 
 fn expected_steps(id: &str) -> Option<Value> {

@@ -20,7 +20,7 @@ use sessionfs::model::fold::SessionFold;
 use sessionfs::model::header::SessionHeader;
 use sessionfs::model::quick::Scanned;
 use sessionfs::model::surface::SurfaceFold;
-use sessionfs::store::Backend;
+use sessionfs::store::Catalog;
 use sessionfs::store::memory::MemoryStore;
 use sessionfs_fuzz::{check_view, known_closer_refusal};
 

@@ -24,7 +24,7 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, params};
 use serde_json::Value;
 use sessionfs::store::sqlite::{SqliteStore, encode_source_seqs};
-use sessionfs::store::{Backend, SessionKey};
+use sessionfs::store::{Catalog, SessionKey};
 use sessionfs_fuzz::{check_scans, check_view, scratch};
 
 // The Harness's table definitions (spec §11.2, §11.7).

@@ -13,7 +13,7 @@ use sessionfs::model::Refusal;
 use sessionfs::model::header::SessionHeader;
 use sessionfs::model::ids::{encode_segment, project_dir};
 use sessionfs::store::jsonl::{JsonlStore, RAW_NAME, ZSTD_NAME};
-use sessionfs::store::{Backend, EventLoc, Listing, ScanEnd, ScanPoint, SessionKey};
+use sessionfs::store::{Backend, Catalog, EventLoc, Listing, ScanEnd, ScanPoint, SessionKey};
 use sessionfs::view::{SessionView, ViewFile};
 
 /// A directory private to this process (on tmpfs when there is one). Scratch

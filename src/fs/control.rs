@@ -11,7 +11,7 @@ use super::{Attr, NAME_MAX, SessionFs, lock, mount_name};
 use crate::error::Error;
 use crate::model::ids::encode_segment;
 use crate::render::format_time;
-use crate::store::{Backend, Listing, SessionKey};
+use crate::store::{Catalog, Listing, SessionKey};
 
 /// A fork this mount made.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -426,6 +426,7 @@ fn describe_checkpoint(outcome: &Result<Checkpoint, String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Catalog;
 
     fn header(id: &str) -> SessionHeader {
         SessionHeader::new(id, 1)

@@ -12,7 +12,7 @@ use crate::json::{JsonMap, safe_integer};
 
 /// What the store can tell of a process that may still write the session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Writer {
+pub enum WriterPresence {
     /// Another connection has the store open (SQLite in WAL mode: a lock on
     /// its `-shm` or database file held by another process).
     Connected,
@@ -35,10 +35,14 @@ pub enum RepairCause {
 /// Whether an open turn is shown with its synthetic closers: at once when the
 /// store knows no writer is left, else once the session has been quiet for
 /// `grace` (a writer may be in a long tool call until then).
-pub fn repair_cause(writer: Writer, quiet_for: Duration, grace: Duration) -> Option<RepairCause> {
+pub fn repair_cause(
+    writer: WriterPresence,
+    quiet_for: Duration,
+    grace: Duration,
+) -> Option<RepairCause> {
     match writer {
-        Writer::Gone => Some(RepairCause::WriterGone),
-        Writer::Connected | Writer::Unknown => {
+        WriterPresence::Gone => Some(RepairCause::WriterGone),
+        WriterPresence::Connected | WriterPresence::Unknown => {
             (quiet_for >= grace).then_some(RepairCause::Quiet(quiet_for))
         }
     }
@@ -244,10 +248,10 @@ mod tests {
         let short = Duration::from_secs(30);
         let long = Duration::from_secs(601);
         assert_eq!(
-            repair_cause(Writer::Gone, Duration::ZERO, grace),
+            repair_cause(WriterPresence::Gone, Duration::ZERO, grace),
             Some(RepairCause::WriterGone)
         );
-        for writer in [Writer::Connected, Writer::Unknown] {
+        for writer in [WriterPresence::Connected, WriterPresence::Unknown] {
             assert_eq!(repair_cause(writer, short, grace), None);
             assert_eq!(
                 repair_cause(writer, long, grace),

@@ -23,9 +23,26 @@ pub enum Refusal {
     Corrupt(String),
     /// The log cannot be read right now (permission denied, an I/O error, a
     /// database busy past its timeout, a file removed mid-read): no verdict on
-    /// its content, and the next access tries again. `errno` is what a reader
-    /// is answered with.
-    Unavailable { errno: i32, reason: String },
+    /// its content, and the next access tries again. `error.rs` answers a
+    /// reader according to `cause`.
+    Unavailable { cause: Cause, reason: String },
+}
+
+/// Why a store cannot be read now, as the store saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// Another process holds the store past the wait (a database busy or locked).
+    Busy,
+    /// Permission to read it was refused.
+    Denied,
+    /// The file could not be opened or read (an I/O failure).
+    Failed,
+    /// Memory ran out while reading.
+    OutOfMemory,
+    /// The session was removed while it was being read.
+    Removed,
+    /// A system call failed with this error number.
+    System(i32),
 }
 
 impl Refusal {

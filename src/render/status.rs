@@ -8,14 +8,14 @@ use serde_json::Value;
 
 use super::format_time;
 use crate::model::Refusal;
-use crate::model::activity::{ActivityScan, RepairCause, Writer};
+use crate::model::activity::{ActivityScan, RepairCause, WriterPresence};
 
 /// What a session's view shows, as far as `status` tells it.
 #[derive(Clone, Copy, Debug)]
 pub enum Shown<'a> {
     Readable {
         activity: &'a ActivityScan,
-        writer: Writer,
+        writer: WriterPresence,
         /// Set when an open turn is shown closed by crash repair.
         repaired: Option<RepairCause>,
     },
@@ -75,7 +75,7 @@ pub fn status_line(shown: Shown, now: i64) -> Vec<u8> {
                     parts.push(format!("tool {} ({}) {state}", call.name, call.call_id));
                 }
                 parts.extend(last_event(activity));
-                if writer == Writer::Connected {
+                if writer == WriterPresence::Connected {
                     parts.push("writer connected".into());
                 }
             }
@@ -153,7 +153,7 @@ mod tests {
         let activity = open_tool_call();
         let shown = Shown::Readable {
             activity: &activity,
-            writer: Writer::Unknown,
+            writer: WriterPresence::Unknown,
             repaired: None,
         };
         assert_eq!(
@@ -162,7 +162,7 @@ mod tests {
         );
         let connected = Shown::Readable {
             activity: &activity,
-            writer: Writer::Connected,
+            writer: WriterPresence::Connected,
             repaired: None,
         };
         assert_eq!(
@@ -183,7 +183,7 @@ mod tests {
         ));
         let shown = Shown::Readable {
             activity: &activity,
-            writer: Writer::Unknown,
+            writer: WriterPresence::Unknown,
             repaired: None,
         };
         assert_eq!(
@@ -197,7 +197,7 @@ mod tests {
         let activity = open_tool_call();
         let gone = Shown::Readable {
             activity: &activity,
-            writer: Writer::Gone,
+            writer: WriterPresence::Gone,
             repaired: Some(RepairCause::WriterGone),
         };
         assert_eq!(
@@ -206,7 +206,7 @@ mod tests {
         );
         let quiet = Shown::Readable {
             activity: &activity,
-            writer: Writer::Unknown,
+            writer: WriterPresence::Unknown,
             repaired: Some(RepairCause::Quiet(Duration::from_secs(612))),
         };
         assert_eq!(
@@ -225,7 +225,7 @@ mod tests {
         ));
         let shown = |activity| Shown::Readable {
             activity,
-            writer: Writer::Connected,
+            writer: WriterPresence::Connected,
             repaired: None,
         };
         assert_eq!(
@@ -244,7 +244,7 @@ mod tests {
             "damaged · see error\n"
         );
         let busy = Refusal::Unavailable {
-            errno: libc::EBUSY,
+            cause: crate::model::Cause::Busy,
             reason: "locked".into(),
         };
         assert_eq!(

@@ -10,7 +10,8 @@ use crate::model::Refusal;
 use crate::model::header::SessionHeader;
 use crate::model::quick::Scanned;
 use crate::store::{
-    Backend, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey,
+    Catalog, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey, Source,
+    Watched, Writer, find_row,
 };
 
 #[derive(Default)]
@@ -47,7 +48,7 @@ impl MemoryStore {
     }
 }
 
-impl Backend for MemoryStore {
+impl Catalog for MemoryStore {
     fn describe(&self) -> String {
         "sessions pending in memory".into()
     }
@@ -60,6 +61,19 @@ impl Backend for MemoryStore {
             .collect()
     }
 
+    fn contains(&self, id: &str) -> bool {
+        self.sessions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(id)
+    }
+
+    fn find(&self, id: &str) -> Vec<Listing> {
+        find_row(self, id)
+    }
+}
+
+impl Source for MemoryStore {
     fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal> {
         self.with(key, |header, _| header.clone())
     }
@@ -102,17 +116,12 @@ impl Backend for MemoryStore {
         self.with(key, |_, events| events.get(loc.record as usize).cloned())?
             .ok_or_else(|| Refusal::Corrupt(format!("pending session has no event {}", loc.record)))
     }
+}
 
+impl Writer for MemoryStore {
     fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> std::io::Result<SessionKey> {
         self.insert(header.clone(), events.to_vec());
         Ok(SessionKey::Row(header.id.clone()))
-    }
-
-    fn contains(&self, id: &str) -> bool {
-        self.sessions
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(id)
     }
 
     fn repair(
@@ -128,3 +137,5 @@ impl Backend for MemoryStore {
         ))
     }
 }
+
+impl Watched for MemoryStore {}

@@ -18,7 +18,7 @@ use std::sync::mpsc;
 
 use crate::json::JsonMap;
 use crate::model::Refusal;
-use crate::model::activity::Writer;
+use crate::model::activity::WriterPresence;
 use crate::model::header::SessionHeader;
 use crate::model::quick::Scanned;
 
@@ -136,8 +136,8 @@ pub enum Checkpoint {
 /// Receives the stored events of a scan, in seq order.
 pub type EventSink<'a> = dyn FnMut(EventLoc, Scanned) -> Result<(), Refusal> + 'a;
 
-/// A store: one root directory of JSONL artifacts, or one SQLite database.
-pub trait Backend: Send + Sync {
+/// What a store holds: its sessions, found from headers alone.
+pub trait Catalog {
     /// The encoding(s) this store holds, for messages.
     fn describe(&self) -> String;
 
@@ -160,42 +160,89 @@ pub trait Backend: Send + Sync {
     }
 
     /// The artifacts that hold session `id` (more than one is a duplicate id),
-    /// found without listing the store. This default serves stores keyed by id.
-    fn find(&self, id: &str) -> Vec<Listing> {
-        if !self.contains(id) {
-            return Vec::new();
-        }
-        let key = SessionKey::Row(id.to_string());
-        vec![Listing {
-            id: id.to_string(),
-            header: self.header(&key).map_err(|r| r.message().to_string()),
-            key,
-            raw_name: None,
-            mode: None,
-        }]
-    }
+    /// found without listing the store. A store keyed by id answers with
+    /// [`find_row`].
+    fn find(&self, id: &str) -> Vec<Listing>;
+
+    /// True when `id` names a session anywhere in the store.
+    fn contains(&self, id: &str) -> bool;
 
     /// A cheap identity of the set of sessions: while it is unchanged, listing
     /// again would find nothing new. `None` when the store cannot tell.
     fn listing_revision(&self) -> Option<String> {
         None
     }
+}
 
-    /// Directories the last listing saw that may yet receive a session (JSONL:
-    /// session directories holding no log yet, as the Harness makes them just
-    /// before it links the log in), to be watched like `watch_dirs` so that
-    /// the session is listed as soon as its log appears.
-    fn awaiting_dirs(&self) -> Vec<PathBuf> {
-        Vec::new()
-    }
+/// One session's stored bytes: its header, its events in order, one event
+/// again, and cheap identities of what is stored.
+pub trait Source {
+    /// The header of one session, reading only its header.
+    fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal>;
 
-    /// A cheap mark that changes whenever a session is added, read after a
-    /// data change (see `is_data_change`) to tell whether the listing must be
-    /// asked again now. `None` where a data change never adds a session.
-    fn added_mark(&self) -> Option<i64> {
+    /// The current revision of one session's stored bytes.
+    fn revision(&self, key: &SessionKey) -> Result<Revision, Refusal>;
+
+    /// The permission bits of the file that holds the session, where the store
+    /// has one: the mount shows no more than they grant.
+    fn mode(&self, _key: &SessionKey) -> Option<u32> {
         None
     }
 
+    /// When the session's stored bytes were last modified, where the store knows.
+    fn modified(&self, _key: &SessionKey) -> Option<std::time::SystemTime> {
+        None
+    }
+
+    /// Scans stored events from `from` on, handing each to `sink`, and returns
+    /// where it stopped. Corrupt committed data or an unreadable format is a refusal.
+    fn scan(
+        &self,
+        key: &SessionKey,
+        from: &ScanPoint,
+        sink: &mut EventSink,
+    ) -> Result<(ScanPoint, ScanEnd), Refusal>;
+
+    /// Reads one stored event again.
+    fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal>;
+
+    /// Whether a process that may still write the session has the store open.
+    fn writer_presence(&self, _key: &SessionKey) -> WriterPresence {
+        WriterPresence::Unknown
+    }
+}
+
+/// What sessionfs writes into a store: fork children, crash repairs, and the
+/// checkpoint after a flush.
+pub trait Writer {
+    /// Writes a new session (a fork child) atomically in the store's own encoding.
+    /// Fails with `AlreadyExists` when the id is taken anywhere in the store.
+    fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> std::io::Result<SessionKey>;
+
+    /// Makes a crash repair durable as the Harness's own load does (spec §8.2,
+    /// §10.5, §10.6, §11.5): the stored bytes after `keep` (a torn tail) are
+    /// dropped and `tail` (events recovered from it, then the closers) is
+    /// appended in the store's encoding. Refused when the session changed since
+    /// `expected` was read.
+    fn repair(
+        &self,
+        key: &SessionKey,
+        keep: &ScanPoint,
+        expected: &Revision,
+        tail: &[JsonMap],
+    ) -> std::io::Result<()>;
+
+    /// Moves what was written into the store's main file where that never waits
+    /// on another process (SQLite: a PASSIVE WAL checkpoint), so a copy of that
+    /// file alone holds it.
+    fn checkpoint(&self) -> std::io::Result<Checkpoint> {
+        Ok(Checkpoint::NotNeeded)
+    }
+}
+
+/// Where a store's changes show, for the watcher. Every method has a default:
+/// a store that cannot be watched implements it empty.
+pub trait Watched {
     /// The directories whose changes may add, remove or write sessions, to be
     /// watched while mounted (JSONL: the root and each project directory;
     /// SQLite: the database's directory). Empty: the store cannot be watched.
@@ -216,66 +263,41 @@ pub trait Backend: Send + Sync {
         None
     }
 
-    /// The header of one session, reading only its header.
-    fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal>;
+    /// Directories the last listing saw that may yet receive a session (JSONL:
+    /// session directories holding no log yet, as the Harness makes them just
+    /// before it links the log in), to be watched like `watch_dirs` so that
+    /// the session is listed as soon as its log appears.
+    fn awaiting_dirs(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
 
-    /// The current revision of one session's stored bytes.
-    fn revision(&self, key: &SessionKey) -> Result<Revision, Refusal>;
-
-    /// The permission bits of the file that holds the session, where the store
-    /// has one: the mount shows no more than they grant.
-    fn mode(&self, _key: &SessionKey) -> Option<u32> {
+    /// A cheap mark that changes whenever a session is added, read after a
+    /// data change (see `is_data_change`) to tell whether the listing must be
+    /// asked again now. `None` where a data change never adds a session.
+    fn added_mark(&self) -> Option<i64> {
         None
     }
+}
 
-    /// When the session's stored bytes were last modified, where the store knows.
-    fn modified(&self, _key: &SessionKey) -> Option<std::time::SystemTime> {
-        None
+/// A whole store, as a mount uses it: every part above. Implemented for any
+/// type that has them all.
+pub trait Backend: Catalog + Source + Writer + Watched + Send + Sync {}
+
+impl<T: Catalog + Source + Writer + Watched + Send + Sync + ?Sized> Backend for T {}
+
+/// [`Catalog::find`] for a store keyed by id: the one row named `id`, if any.
+pub fn find_row(store: &(impl Catalog + Source + ?Sized), id: &str) -> Vec<Listing> {
+    if !store.contains(id) {
+        return Vec::new();
     }
-
-    /// Whether a process that may still write the session has the store open.
-    fn writer(&self, _key: &SessionKey) -> Writer {
-        Writer::Unknown
-    }
-
-    /// Scans stored events from `from` on, handing each to `sink`, and returns
-    /// where it stopped. Corrupt committed data or an unreadable format is a refusal.
-    fn scan(
-        &self,
-        key: &SessionKey,
-        from: &ScanPoint,
-        sink: &mut EventSink,
-    ) -> Result<(ScanPoint, ScanEnd), Refusal>;
-
-    /// Reads one stored event again.
-    fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal>;
-
-    /// Writes a new session (a fork child) atomically in the store's own encoding.
-    /// Fails with `AlreadyExists` when the id is taken anywhere in the store.
-    fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> std::io::Result<SessionKey>;
-
-    /// True when `id` names a session anywhere in the store.
-    fn contains(&self, id: &str) -> bool;
-
-    /// Moves what was written into the store's main file where that never waits
-    /// on another process (SQLite: a PASSIVE WAL checkpoint), so a copy of that
-    /// file alone holds it.
-    fn checkpoint(&self) -> std::io::Result<Checkpoint> {
-        Ok(Checkpoint::NotNeeded)
-    }
-
-    /// Makes a crash repair durable as the Harness's own load does (spec §8.2,
-    /// §10.5, §10.6, §11.5): the stored bytes after `keep` (a torn tail) are
-    /// dropped and `tail` (events recovered from it, then the closers) is
-    /// appended in the store's encoding. Refused when the session changed since
-    /// `expected` was read.
-    fn repair(
-        &self,
-        key: &SessionKey,
-        keep: &ScanPoint,
-        expected: &Revision,
-        tail: &[JsonMap],
-    ) -> std::io::Result<()>;
+    let key = SessionKey::Row(id.to_string());
+    vec![Listing {
+        id: id.to_string(),
+        header: store.header(&key).map_err(|r| r.message().to_string()),
+        key,
+        raw_name: None,
+        mode: None,
+    }]
 }
 
 /// Opens a store, detecting its kind: a directory of JSONL sessions (raw, zstd or

@@ -9,17 +9,46 @@ use crate::json::{JsonMap, non_negative_safe_integer};
 use crate::model::Refusal;
 use crate::model::quick::{ChunkRun, Scanned};
 
+/// Keeps a backend's records while they continue the log, and says where a
+/// torn tail starts.
 #[derive(Clone, Debug)]
 pub struct TailScanner {
     next_seq: u64,
-    issue: Option<String>,
+    issue: Option<LineError>,
     /// zstd frames are checksummed: any defect inside them is corruption.
     strict: bool,
+}
+
+/// Why a record cannot be kept: the two defects of the torn-tail rule, each
+/// with the sentence that says where it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LineError {
+    /// The record does not parse or decode.
+    Unparsable(String),
+    /// The record's seqs do not continue the log.
+    Gap(String),
+}
+
+impl LineError {
+    /// Where the defect is and what it is, for messages.
+    pub fn message(&self) -> &str {
+        match self {
+            LineError::Unparsable(m) | LineError::Gap(m) => m,
+        }
+    }
+}
+
+impl From<LineError> for Refusal {
+    /// A defect proved committed is damage.
+    fn from(error: LineError) -> Refusal {
+        Refusal::Corrupt(error.message().to_string())
+    }
 }
 
 /// A record as the backend decoded it.
 #[derive(Debug)]
 pub enum Decoded {
+    /// Events decoded in full (a packed row expands to several).
     Events(Vec<JsonMap>),
     /// Streamed chunks read quickly (`model::quick`).
     Chunks(ChunkRun),
@@ -80,6 +109,8 @@ impl Decoded {
 }
 
 impl TailScanner {
+    /// A scanner that expects seq `next_seq` next and lets a defect start a
+    /// torn tail.
     pub fn new(next_seq: u64) -> TailScanner {
         TailScanner {
             next_seq,
@@ -88,6 +119,7 @@ impl TailScanner {
         }
     }
 
+    /// A scanner for checksummed records, where any defect is damage.
     pub fn strict(next_seq: u64) -> TailScanner {
         TailScanner {
             next_seq,
@@ -96,46 +128,49 @@ impl TailScanner {
         }
     }
 
+    /// The seq the next kept record must start with.
     pub fn next_seq(&self) -> u64 {
         self.next_seq
     }
 
     /// The defect that started the torn tail, if any.
-    pub fn issue(&self) -> Option<&str> {
-        self.issue.as_deref()
+    pub fn issue(&self) -> Option<&LineError> {
+        self.issue.as_ref()
     }
 
     /// Feeds one record; returns it to keep, or `None` once the tail started.
+    /// A defect is an error when it is proved committed: by a later
+    /// `turn/end`, or at once in a strict scanner.
     pub fn feed(
         &mut self,
         record: Decoded,
         gap_message: impl FnOnce() -> String,
-    ) -> Result<Option<Decoded>, Refusal> {
+    ) -> Result<Option<Decoded>, LineError> {
         if let Some(issue) = &self.issue {
             return match record.has_turn_end() {
-                true => Err(Refusal::Corrupt(issue.clone())),
+                true => Err(issue.clone()),
                 false => Ok(None),
             };
         }
         if let Decoded::Bad(message) = record {
-            return self.start_tail(message);
+            return self.start_tail(LineError::Unparsable(message));
         }
         if !record.continues(self.next_seq) {
-            let message = gap_message();
+            let gap = LineError::Gap(gap_message());
             if record.has_turn_end() {
-                return Err(Refusal::Corrupt(message));
+                return Err(gap);
             }
-            return self.start_tail(message);
+            return self.start_tail(gap);
         }
         self.next_seq += record.len();
         Ok(Some(record))
     }
 
-    fn start_tail(&mut self, message: String) -> Result<Option<Decoded>, Refusal> {
+    fn start_tail(&mut self, defect: LineError) -> Result<Option<Decoded>, LineError> {
         if self.strict {
-            return Err(Refusal::Corrupt(message));
+            return Err(defect);
         }
-        self.issue = Some(message);
+        self.issue = Some(defect);
         Ok(None)
     }
 }
@@ -169,19 +204,21 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
-        assert_eq!(scan.issue(), Some("bad at line 2"));
+        let bad = LineError::Unparsable("bad at line 2".into());
+        assert_eq!(scan.issue(), Some(&bad));
         let err = scan
             .feed(Decoded::Events(vec![ev(3, "turn/end")]), String::new)
             .unwrap_err();
-        assert_eq!(err, Refusal::Corrupt("bad at line 2".into()));
+        assert_eq!(err, bad);
     }
 
     #[test]
     fn a_seq_gap_with_a_turn_end_fails_at_once() {
         let mut scan = TailScanner::new(0);
-        assert!(
+        assert_eq!(
             scan.feed(Decoded::Events(vec![ev(1, "turn/end")]), || "gap".into())
-                .is_err()
+                .unwrap_err(),
+            LineError::Gap("gap".into())
         );
         let mut scan = TailScanner::new(0);
         assert!(
@@ -190,6 +227,11 @@ mod tests {
                 .is_none()
         );
         let mut strict = TailScanner::strict(0);
-        assert!(strict.feed(Decoded::Bad("x".into()), String::new).is_err());
+        assert_eq!(
+            strict
+                .feed(Decoded::Bad("x".into()), String::new)
+                .unwrap_err(),
+            LineError::Unparsable("x".into())
+        );
     }
 }

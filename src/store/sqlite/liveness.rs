@@ -23,7 +23,7 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
-use crate::model::activity::Writer;
+use crate::model::activity::WriterPresence;
 
 /// The database file's lock bytes: PENDING, RESERVED, then the shared range.
 const DB_LOCKS: (i64, i64) = (0x4000_0000, 2 + 510);
@@ -60,7 +60,7 @@ impl WriterProbe {
     }
 
     /// What the locks say of another connection now.
-    pub(super) fn writer(&self) -> Writer {
+    pub(super) fn writer(&self) -> WriterPresence {
         let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
         if files.is_none() {
             match File::open(&self.db_path) {
@@ -73,27 +73,27 @@ impl WriterProbe {
                 }
                 Err(e) => {
                     log::debug!("cannot probe {} for locks: {e}", self.db_path.display());
-                    return Writer::Unknown;
+                    return WriterPresence::Unknown;
                 }
             }
         }
         let Some(files) = files.as_mut() else {
-            return Writer::Unknown;
+            return WriterPresence::Unknown;
         };
         if locked_by_another(&files.db, DB_LOCKS).unwrap_or(false) {
-            return Writer::Connected;
+            return WriterPresence::Connected;
         }
         if !is_wal(&files.db) {
-            return Writer::Unknown;
+            return WriterPresence::Unknown;
         }
         let Some(shm) = files.current_shm(&self.shm_path) else {
             // WAL mode and no -shm: nobody has the database open.
-            return Writer::Gone;
+            return WriterPresence::Gone;
         };
         match locked_by_another(shm, SHM_LOCKS) {
-            Ok(true) => Writer::Connected,
-            Ok(false) => Writer::Gone,
-            Err(_) => Writer::Unknown,
+            Ok(true) => WriterPresence::Connected,
+            Ok(false) => WriterPresence::Gone,
+            Err(_) => WriterPresence::Unknown,
         }
     }
 }
@@ -227,10 +227,10 @@ mod tests {
             .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))
             .unwrap();
         let probe = WriterProbe::new(&db.0);
-        assert_eq!(probe.writer(), Writer::Gone);
+        assert_eq!(probe.writer(), WriterPresence::Gone);
         // Probing twice closes nothing: the connection's locks are still held,
         // so it still reads.
-        assert_eq!(probe.writer(), Writer::Gone);
+        assert_eq!(probe.writer(), WriterPresence::Gone);
         let _: i64 = reader
             .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
             .unwrap();
@@ -248,15 +248,15 @@ mod tests {
         {
             // The dead-man switch every open connection holds.
             let _other = LockHolder::new(&shm, (128, 1));
-            assert_eq!(probe.writer(), Writer::Connected);
+            assert_eq!(probe.writer(), WriterPresence::Connected);
         }
-        assert_eq!(probe.writer(), Writer::Gone);
+        assert_eq!(probe.writer(), WriterPresence::Gone);
         {
             // A writer's SHARED lock on the database file.
             let _other = LockHolder::new(&db.0, (0x4000_0002, 510));
-            assert_eq!(probe.writer(), Writer::Connected);
+            assert_eq!(probe.writer(), WriterPresence::Connected);
         }
-        assert_eq!(probe.writer(), Writer::Gone);
+        assert_eq!(probe.writer(), WriterPresence::Gone);
     }
 
     #[test]
@@ -267,14 +267,14 @@ mod tests {
             .execute_batch("PRAGMA journal_mode = DELETE")
             .unwrap();
         let probe = WriterProbe::new(&db.0);
-        assert_eq!(probe.writer(), Writer::Unknown);
+        assert_eq!(probe.writer(), WriterPresence::Unknown);
         let _other = LockHolder::new(&db.0, (0x4000_0002, 510));
-        assert_eq!(probe.writer(), Writer::Connected);
+        assert_eq!(probe.writer(), WriterPresence::Connected);
     }
 
     #[test]
     fn a_wal_database_nobody_opened_has_no_writer() {
         let db = Copy::new("closed");
-        assert_eq!(WriterProbe::new(&db.0).writer(), Writer::Gone);
+        assert_eq!(WriterProbe::new(&db.0).writer(), WriterPresence::Gone);
     }
 }

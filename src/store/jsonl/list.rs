@@ -1,0 +1,347 @@
+//! Listing a JSONL root (spec §10.1, §10.9): project directories, then
+//! session directories, each listed from its header alone, many at once.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::Value;
+
+use super::record::{Line, read_line};
+use super::write::Encoding;
+use super::zstd::read_zstd_header;
+use super::{JsonlStore, MAX_HEADER_BYTES, RAW_NAME, ZSTD_NAME, is_zstd, lock};
+use crate::model::Refusal;
+use crate::model::header::SessionHeader;
+use crate::model::ids::{decode_segment, encode_segment, project_dir};
+use crate::store::{Catalog, Listing, SessionKey, Watched};
+
+/// Session directories listed at a time.
+const LIST_PART: usize = 4096;
+
+impl JsonlStore {
+    /// Real subdirectories of `dir` (symlinks are not followed out of the store).
+    fn subdirs(dir: &Path) -> Vec<(String, PathBuf)> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut out: Vec<(String, PathBuf)> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The listings of some session directories, in their order. Each costs a
+    /// few small reads (its directory, its first bytes), independent of the
+    /// others: many at once keep the disk busy, so a store of thousands of
+    /// sessions lists in a fraction of the time.
+    fn list_session_dirs(&self, session_dirs: &[(String, PathBuf)]) -> Vec<Listing> {
+        let threads = std::thread::available_parallelism()
+            .map_or(4, |n| n.get() * 8)
+            .min(16);
+        let next = AtomicUsize::new(0);
+        let mut found: Vec<(usize, Listing)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut listed = Vec::new();
+                        loop {
+                            let at = next.fetch_add(1, Ordering::Relaxed);
+                            let Some((segment, dir)) = session_dirs.get(at) else {
+                                break;
+                            };
+                            let mut found = false;
+                            for (k, file) in [RAW_NAME, ZSTD_NAME].into_iter().enumerate() {
+                                let path = dir.join(file);
+                                let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                                    continue;
+                                };
+                                if meta.is_file() {
+                                    let listing = self.listing(segment, &path, meta.mode());
+                                    listed.push((2 * at + k, listing));
+                                    found = true;
+                                }
+                            }
+                            if !found {
+                                lock(&self.without_log).push(dir.clone());
+                            }
+                        }
+                        listed
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|worker| worker.join().unwrap_or_default())
+                .collect()
+        });
+        // In store order, whichever worker read them.
+        found.sort_by_key(|(order, _)| *order);
+        found.into_iter().map(|(_, listing)| listing).collect()
+    }
+
+    pub(super) fn read_header(&self, path: &Path) -> Result<SessionHeader, String> {
+        let line = if is_zstd(path) {
+            read_zstd_header(path)?
+        } else {
+            read_raw_header(path)?
+        };
+        let text = String::from_utf8_lossy(&line);
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|_| "first line is not a session header (not JSON)".to_string())?;
+        let Value::Object(map) = value else {
+            return Err("first line is not a session header (not an object)".into());
+        };
+        SessionHeader::from_jsonl(&map)
+    }
+
+    /// One session's listing, from its header alone.
+    fn listing(&self, segment: &str, path: &Path, mode: u32) -> Listing {
+        let header = self
+            .read_header(path)
+            .and_then(|h| self.check_identity(path, &h).map(|_| h));
+        let (id, raw_name) = match (&header, decode_segment(segment)) {
+            (Ok(h), _) => (h.id.clone(), None),
+            (Err(_), Some(id)) => (id, None),
+            (Err(_), None) => (segment.to_string(), Some(segment.to_string())),
+        };
+        Listing {
+            id,
+            key: SessionKey::File(path.to_path_buf()),
+            header,
+            raw_name,
+            mode: Some(mode & 0o7777),
+        }
+    }
+
+    /// The identity check of spec §10.9: the header's id and cwd must name this path.
+    fn check_identity(&self, path: &Path, header: &SessionHeader) -> Result<(), String> {
+        let file = if is_zstd(path) { ZSTD_NAME } else { RAW_NAME };
+        let segment = encode_segment(&header.id).ok_or("the header's session id is empty")?;
+        let expected = self
+            .root
+            .join(project_dir(header.cwd.as_deref()))
+            .join(segment)
+            .join(file);
+        let same = expected == path
+            || matches!((expected.canonicalize(), path.canonicalize()), (Ok(a), Ok(b)) if a == b);
+        if same {
+            Ok(())
+        } else {
+            Err(format!(
+                "header id {:?} and cwd {:?} identify {}, not this file",
+                header.id,
+                header.cwd,
+                expected.display()
+            ))
+        }
+    }
+}
+
+fn read_raw_header(path: &Path) -> Result<Vec<u8>, String> {
+    let file = File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    match read_line(
+        &mut BufReader::with_capacity(8 << 10, file),
+        MAX_HEADER_BYTES,
+    )
+    .map_err(|e| format!("cannot read: {e}"))?
+    {
+        Line::Complete(line) => Ok(line),
+        Line::TooLong => Err("first line is longer than a header line can be".into()),
+        _ => Err("empty or header-less session log (no complete first line yet)".into()),
+    }
+}
+
+impl Catalog for JsonlStore {
+    fn describe(&self) -> String {
+        format!("JSONL session root {}", self.root.display())
+    }
+
+    fn list(&self) -> Vec<Listing> {
+        let mut out = Vec::new();
+        // Listing a directory store reports no failure of its own: a session
+        // that cannot be read is listed with the reason.
+        let _ = self.list_parts(&mut |part| out.extend(part));
+        out
+    }
+
+    fn list_parts(&self, each: &mut dyn FnMut(Vec<Listing>)) -> Result<(), Refusal> {
+        let mut flat = Vec::new();
+        let mut session_dirs = Vec::new();
+        for (_, project) in Self::subdirs(&self.root) {
+            if let Ok(entries) = std::fs::read_dir(&project) {
+                for entry in entries.flatten() {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+                    let stem = name
+                        .strip_suffix(".jsonl.zstd")
+                        .or_else(|| name.strip_suffix(".jsonl"));
+                    if let (true, Some(stem)) = (is_file, stem) {
+                        let decoded = decode_segment(stem);
+                        flat.push(Listing {
+                            id: decoded.clone().unwrap_or_else(|| stem.to_string()),
+                            key: SessionKey::File(entry.path()),
+                            header: Err("obsolete flat layout: a session log directly inside a project directory; move it to <project>/<id>/session.jsonl".into()),
+                            raw_name: decoded.is_none().then(|| stem.to_string()),
+                            mode: None,
+                        });
+                    }
+                }
+            }
+            session_dirs.extend(Self::subdirs(&project));
+        }
+        each(flat);
+        lock(&self.without_log).clear();
+        let mut kinds = Kinds::default();
+        // A part at a time, so a listing never holds every header at once.
+        for part in session_dirs.chunks(LIST_PART) {
+            let part = self.list_session_dirs(part);
+            kinds.note(&part);
+            each(part);
+        }
+        // The first listing decides the encoding of every new session.
+        let _ = self.new_encoding.set(kinds.encoding());
+        Ok(())
+    }
+
+    fn listing_revision(&self) -> Option<String> {
+        // New and removed sessions change the mtime of their project directory
+        // (a session directory made or removed); a log linked into a directory
+        // that had none changes that directory. So this costs a stat per project
+        // and per directory seen without a log, not one per session.
+        let mut revision = String::new();
+        let mut add = |path: &Path| {
+            let meta = std::fs::symlink_metadata(path).ok()?;
+            revision.push_str(&format!("{}.{};", meta.mtime(), meta.mtime_nsec()));
+            Some(())
+        };
+        add(&self.root)?;
+        for (_, project) in Self::subdirs(&self.root) {
+            add(&project)?;
+        }
+        for dir in lock(&self.without_log).iter() {
+            add(dir)?;
+        }
+        Some(revision)
+    }
+
+    fn find(&self, id: &str) -> Vec<Listing> {
+        let Some(segment) = encode_segment(id) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for (_, project) in Self::subdirs(&self.root) {
+            let dir = project.join(&segment);
+            // As in a listing, a session directory reached through a symlink is
+            // not in the store.
+            if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+                continue;
+            }
+            for file in [RAW_NAME, ZSTD_NAME] {
+                let path = dir.join(file);
+                if let Ok(meta) = std::fs::symlink_metadata(&path)
+                    && meta.is_file()
+                {
+                    found.push(self.listing(&segment, &path, meta.mode()));
+                }
+            }
+        }
+        found
+    }
+
+    fn contains(&self, id: &str) -> bool {
+        let Some(segment) = encode_segment(id) else {
+            return false;
+        };
+        // Anything at the session's path takes the name, except an empty directory
+        // left by an interrupted materialisation; nothing is followed.
+        let exists = |path: &Path| std::fs::symlink_metadata(path).is_ok();
+        Self::subdirs(&self.root).iter().any(|(_, project)| {
+            let dir = project.join(&segment);
+            match std::fs::symlink_metadata(&dir) {
+                Ok(meta) if meta.is_dir() => {
+                    exists(&dir.join(RAW_NAME)) || exists(&dir.join(ZSTD_NAME))
+                }
+                Ok(_) => true,
+                Err(_) => false,
+            }
+        })
+    }
+}
+
+impl Watched for JsonlStore {
+    fn watch_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self.root.clone()];
+        dirs.extend(Self::subdirs(&self.root).into_iter().map(|(_, p)| p));
+        dirs
+    }
+
+    fn session_dir(&self, key: &SessionKey) -> Option<PathBuf> {
+        match key {
+            SessionKey::File(path) => path.parent().map(Path::to_path_buf),
+            SessionKey::Row(_) => None,
+        }
+    }
+
+    fn awaiting_dirs(&self) -> Vec<PathBuf> {
+        lock(&self.without_log).clone()
+    }
+}
+
+/// Which encodings a listing saw.
+#[derive(Default)]
+struct Kinds {
+    raw: bool,
+    zstd: bool,
+}
+
+impl Kinds {
+    fn note(&mut self, part: &[Listing]) {
+        for listing in part {
+            if let SessionKey::File(path) = &listing.key {
+                match is_zstd(path) {
+                    true => self.zstd = true,
+                    false => self.raw = true,
+                }
+            }
+        }
+    }
+
+    /// New sessions take the store's encoding: zstd (the Harness default)
+    /// unless the root holds only raw logs.
+    fn encoding(&self) -> Encoding {
+        match (self.raw, self.zstd) {
+            (true, false) => Encoding::Raw,
+            _ => Encoding::Zstd,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Catalog;
+
+    #[test]
+    fn a_session_directory_without_its_log_yet_is_awaited() {
+        let root = std::env::temp_dir().join(format!("sessionfs-awaiting-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let project = root.join("_no-cwd");
+        let home = project.join("nascent");
+        std::fs::create_dir_all(&home).unwrap();
+        let store = JsonlStore::open(&root).unwrap();
+        assert!(store.list().is_empty());
+        assert_eq!(store.awaiting_dirs(), vec![home.clone()]);
+        let header =
+            r#"{"type":"session","version":0,"id":"nascent","createdAt":1,"delegationDepth":0}"#;
+        std::fs::write(home.join(RAW_NAME), format!("{header}\n")).unwrap();
+        assert_eq!(store.list().len(), 1);
+        assert!(store.awaiting_dirs().is_empty());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

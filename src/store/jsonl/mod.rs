@@ -1,0 +1,205 @@
+//! The JSONL backend (spec §10): one directory of project directories, each
+//! holding one directory per session with `session.jsonl` (raw) or
+//! `session.jsonl.zstd` (a concatenation of checksummed zstd frames whose
+//! plaintext is the raw file). A root may hold both encodings.
+
+mod list;
+mod raw;
+mod record;
+mod write;
+mod zstd;
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use crate::json::JsonMap;
+use crate::model::header::SessionHeader;
+use crate::model::{Cause, Refusal};
+use crate::store::{EventLoc, EventSink, Revision, ScanEnd, ScanPoint, SessionKey, Source};
+use raw::raw_line;
+use record::decode_events;
+use write::Encoding;
+use zstd::CachedFrame;
+
+pub const RAW_NAME: &str = "session.jsonl";
+pub const ZSTD_NAME: &str = "session.jsonl.zstd";
+
+/// The longest record (line) accepted; a longer one is refused, so a hostile file
+/// cannot make the mount allocate without bound.
+pub const MAX_RECORD_BYTES: usize = 64 << 20;
+
+/// The longest header line read while listing.
+const MAX_HEADER_BYTES: usize = 1 << 20;
+/// A zstd scan with at least this many compressed bytes ahead decompresses on a
+/// second thread; below it, starting the thread costs more than it saves.
+const DECODE_AHEAD_BYTES: u64 = 1 << 20;
+
+pub struct JsonlStore {
+    root: PathBuf,
+    /// The last decompressed zstd frame, so fetching neighbouring events does not
+    /// decompress the same frame again and again.
+    frame_cache: Mutex<Option<CachedFrame>>,
+    /// Session directories that held no log at the last listing (one being
+    /// materialised): their own times join the listing revision, since the log
+    /// appearing in them changes no project directory.
+    without_log: Mutex<Vec<PathBuf>>,
+    /// The encoding of new sessions, chosen by the first listing.
+    new_encoding: OnceLock<Encoding>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn is_zstd(path: &Path) -> bool {
+    path.file_name().is_some_and(|n| n == ZSTD_NAME)
+}
+
+fn corrupt(path: &Path, why: impl std::fmt::Display) -> Refusal {
+    Refusal::Corrupt(format!("{why} (raw log: {})", path.display()))
+}
+
+/// An I/O error reading a log: the store cannot be read now, which says
+/// nothing of the log's content. Errors that carry no errno (a decoder's
+/// verdict on the bytes) are damage.
+fn io_refusal(path: &Path, e: io::Error) -> Refusal {
+    match e.raw_os_error() {
+        Some(errno) => Refusal::Unavailable {
+            cause: Cause::System(errno),
+            reason: format!("cannot read {} now: {e}", path.display()),
+        },
+        None => Refusal::Corrupt(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// A scan continued from `from` needs a log at least that long: a shorter one
+/// was cut or replaced, and must be read from the start instead.
+fn check_not_shorter(path: &Path, file: &File, from: &ScanPoint) -> Result<(), Refusal> {
+    let len = file.metadata().map_err(|e| io_refusal(path, e))?.len();
+    if len < from.offset {
+        return Err(corrupt(
+            path,
+            format!(
+                "the log is {len} bytes, shorter than the {} already read",
+                from.offset
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl JsonlStore {
+    pub fn open(root: &Path) -> Result<JsonlStore, String> {
+        let root = root
+            .canonicalize()
+            .map_err(|e| format!("cannot open store {}: {e}", root.display()))?;
+        std::fs::read_dir(&root)
+            .map_err(|e| format!("cannot list store {}: {e}", root.display()))?;
+        Ok(JsonlStore {
+            root,
+            frame_cache: Mutex::new(None),
+            without_log: Mutex::default(),
+            new_encoding: OnceLock::new(),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+impl Source for JsonlStore {
+    fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal> {
+        let SessionKey::File(path) = key else {
+            return Err(Refusal::Corrupt("not a JSONL session".into()));
+        };
+        // A log that cannot be opened now is no verdict on its header.
+        File::open(path).map_err(|e| io_refusal(path, e))?;
+        self.read_header(path)
+            .map_err(|why| corrupt(path, format!("corrupt session log: {why}")))
+    }
+
+    fn revision(&self, key: &SessionKey) -> Result<Revision, Refusal> {
+        let SessionKey::File(path) = key else {
+            return Err(Refusal::Corrupt("not a JSONL session".into()));
+        };
+        let meta = std::fs::metadata(path).map_err(|e| io_refusal(path, e))?;
+        // The birth time tells a file created again under a reused inode number.
+        let born = meta
+            .created()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        Ok(Revision(format!(
+            "{}.{}.{born}:{}:{}.{}:{}.{}",
+            meta.dev(),
+            meta.ino(),
+            meta.size(),
+            meta.mtime(),
+            meta.mtime_nsec(),
+            meta.ctime(),
+            meta.ctime_nsec()
+        )))
+    }
+
+    fn mode(&self, key: &SessionKey) -> Option<u32> {
+        let SessionKey::File(path) = key else {
+            return None;
+        };
+        std::fs::symlink_metadata(path)
+            .ok()
+            .map(|m| m.mode() & 0o7777)
+    }
+
+    fn modified(&self, key: &SessionKey) -> Option<std::time::SystemTime> {
+        let SessionKey::File(path) = key else {
+            return None;
+        };
+        std::fs::metadata(path).and_then(|m| m.modified()).ok()
+    }
+
+    fn scan(
+        &self,
+        key: &SessionKey,
+        from: &ScanPoint,
+        sink: &mut EventSink,
+    ) -> Result<(ScanPoint, ScanEnd), Refusal> {
+        let SessionKey::File(path) = key else {
+            return Err(Refusal::Corrupt("not a JSONL session".into()));
+        };
+        if is_zstd(path) {
+            self.scan_zstd(path, from, sink)
+        } else {
+            self.scan_raw(path, from, sink)
+        }
+    }
+
+    fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal> {
+        let SessionKey::File(path) = key else {
+            return Err(Refusal::Corrupt("not a JSONL session".into()));
+        };
+        let line = if is_zstd(path) {
+            self.zstd_line(path, loc)?
+        } else {
+            raw_line(path, loc)?
+        };
+        let events = decode_events(&line).map_err(|_| {
+            corrupt(
+                path,
+                format!("the record at byte {} no longer decodes", loc.record),
+            )
+        })?;
+        events.into_iter().nth(loc.member as usize).ok_or_else(|| {
+            corrupt(
+                path,
+                format!(
+                    "the record at byte {} has no member {}",
+                    loc.record, loc.member
+                ),
+            )
+        })
+    }
+}

@@ -1,0 +1,197 @@
+//! Writing into a JSONL root: fork children materialised atomically (a
+//! private temp file hard-linked into place, spec §10.8), and crash repairs
+//! appended as a durable batch.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use super::{JsonlStore, RAW_NAME, ZSTD_NAME, is_zstd};
+use crate::json::JsonMap;
+use crate::model::chunk_rows::pack;
+use crate::model::header::SessionHeader;
+use crate::model::ids::{encode_segment, project_dir};
+use crate::store::zstd_frames::encode_frame;
+use crate::store::{Catalog, Revision, ScanPoint, SessionKey, Source, Writer};
+
+/// The encoding new sessions are written in, chosen once for the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Encoding {
+    /// `session.jsonl`.
+    Raw,
+    /// `session.jsonl.zstd`.
+    Zstd,
+}
+
+impl JsonlStore {
+    /// The encoding the store's first listing chose; a store written to before
+    /// it was ever listed is listed once now.
+    fn new_encoding(&self) -> Encoding {
+        if let Some(encoding) = self.new_encoding.get() {
+            return *encoding;
+        }
+        let _ = self.list();
+        self.new_encoding.get().copied().unwrap_or(Encoding::Zstd)
+    }
+
+    fn materialise(
+        &self,
+        header: &SessionHeader,
+        events: &[JsonMap],
+        zstd: bool,
+    ) -> io::Result<PathBuf> {
+        let segment = encode_segment(&header.id)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty session id"))?;
+        let project = self.root.join(project_dir(header.cwd.as_deref()));
+        let session_dir = project.join(&segment);
+        make_private_dir(&project, &self.root)?;
+        make_private_dir(&session_dir, &project)?;
+        let final_path = session_dir.join(if zstd { ZSTD_NAME } else { RAW_NAME });
+        if std::fs::symlink_metadata(&final_path).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} already exists", final_path.display()),
+            ));
+        }
+        let header_line = format!("{}\n", header.to_jsonl_line());
+        let mut batch = String::new();
+        for record in pack(events, usize::MAX) {
+            batch.push_str(&serde_json::to_string(&record).map_err(io::Error::other)?);
+            batch.push('\n');
+        }
+        let content = if zstd {
+            let mut bytes = encode_frame(header_line.as_bytes())?;
+            bytes.extend(encode_frame(batch.as_bytes())?);
+            bytes
+        } else {
+            format!("{header_line}{batch}").into_bytes()
+        };
+        let tmp = session_dir.join(format!(
+            "{}.{}.tmp",
+            final_path.file_name().unwrap_or_default().to_string_lossy(),
+            crate::random::hex(12)?
+        ));
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        let written = file.write_all(&content).and_then(|_| file.sync_all());
+        drop(file);
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        // A hard link, never a rename: it fails if something got there first.
+        let linked = std::fs::hard_link(&tmp, &final_path);
+        let _ = std::fs::remove_file(&tmp);
+        linked?;
+        File::open(&session_dir)?.sync_all()?;
+        Ok(final_path)
+    }
+}
+
+/// Appends one batch and fsyncs it; on failure the file is cut back to its prior
+/// length, so a half-written batch never reaches a later reader (spec §10.8).
+fn append_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new().append(true).open(path)?;
+    let prior = file.metadata()?.len();
+    let written = file.write_all(bytes).and_then(|_| file.sync_all());
+    if let Err(error) = written {
+        drop(file);
+        let rollback = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|f| f.set_len(prior).and_then(|_| f.sync_all()));
+        return Err(match rollback {
+            Ok(()) => error,
+            Err(also) => io::Error::other(format!(
+                "{error}; rolling back to {prior} bytes also failed: {also}"
+            )),
+        });
+    }
+    Ok(())
+}
+
+/// `mkdir` with mode 0700, then fsync the parent so the new entry is durable.
+/// An existing directory is used only if it is a real one: never write through a
+/// symlink out of the store.
+fn make_private_dir(dir: &Path, parent: &Path) -> io::Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => File::open(parent)?.sync_all(),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            if std::fs::symlink_metadata(dir)?.is_dir() {
+                Ok(())
+            } else {
+                Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!(
+                        "{} exists and is not a directory (a symlink is not followed)",
+                        dir.display()
+                    ),
+                ))
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+impl Writer for JsonlStore {
+    fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> io::Result<SessionKey> {
+        if self.contains(&header.id) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("session {:?} already exists in the store", header.id),
+            ));
+        }
+        let zstd = self.new_encoding() == Encoding::Zstd;
+        self.materialise(header, events, zstd).map(SessionKey::File)
+    }
+
+    fn repair(
+        &self,
+        key: &SessionKey,
+        keep: &ScanPoint,
+        expected: &Revision,
+        tail: &[JsonMap],
+    ) -> io::Result<()> {
+        let SessionKey::File(path) = key else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a JSONL session",
+            ));
+        };
+        if self.revision(key).ok().as_ref() != Some(expected) {
+            return Err(io::Error::other(format!(
+                "{} changed since it was read; not repairing it",
+                path.display()
+            )));
+        }
+        // Truncate the torn tail, then append like any durable batch: raw lines, or
+        // one frame of the records packed as the Harness packs them.
+        let truncate = OpenOptions::new().write(true).open(path)?;
+        truncate.set_len(keep.offset)?;
+        truncate.sync_all()?;
+        drop(truncate);
+        if tail.is_empty() {
+            return Ok(());
+        }
+        let records = if is_zstd(path) {
+            pack(tail, usize::MAX)
+        } else {
+            tail.to_vec()
+        };
+        let mut batch = Vec::new();
+        for record in &records {
+            serde_json::to_writer(&mut batch, record).map_err(io::Error::other)?;
+            batch.push(b'\n');
+        }
+        let bytes = if is_zstd(path) {
+            encode_frame(&batch)?
+        } else {
+            batch
+        };
+        append_durably(path, &bytes)
+    }
+}
