@@ -27,6 +27,8 @@ use crate::model::activity::WriterPresence;
 
 /// The database file's lock bytes: PENDING, RESERVED, then the shared range.
 const DB_LOCKS: (i64, i64) = (0x4000_0000, 2 + 510);
+/// The WAL-index's eight locks.
+const WAL_INDEX_LOCKS: (i64, i64) = (120, 8);
 /// The WAL-index's eight locks and its dead-man switch.
 const SHM_LOCKS: (i64, i64) = (120, 9);
 
@@ -95,6 +97,42 @@ impl WriterProbe {
             Ok(false) => WriterPresence::Gone,
             Err(_) => WriterPresence::Unknown,
         }
+    }
+}
+
+impl WriterProbe {
+    /// The WAL-index header (the first 48 bytes of `-shm`), which every commit
+    /// to a WAL database rewrites (its frame count and checksums); `None` when
+    /// there is no `-shm` to read.
+    pub(super) fn wal_index_header(&self) -> Option<[u8; 48]> {
+        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        if files.is_none() {
+            *files = Some(Files {
+                db: File::open(&self.db_path).ok()?,
+                shm: None,
+                retired: Vec::new(),
+            });
+        }
+        let shm = files.as_mut()?.current_shm(&self.shm_path)?;
+        let mut header = [0u8; 48];
+        shm.read_exact_at(&mut header, 0).ok()?;
+        Some(header)
+    }
+}
+
+impl WriterProbe {
+    /// True when another process holds one of the WAL-index locks (the write
+    /// lock, the checkpointer's, recovery's or a read mark): it is inside a
+    /// transaction, and a Harness connection may be about to write.
+    pub(super) fn others_in_transaction(&self) -> bool {
+        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(shm) = files
+            .as_mut()
+            .and_then(|files| files.current_shm(&self.shm_path))
+        else {
+            return false;
+        };
+        locked_by_another(shm, WAL_INDEX_LOCKS).unwrap_or(false)
     }
 }
 
