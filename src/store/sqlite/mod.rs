@@ -243,14 +243,15 @@ impl SqliteStore {
                 rest = &rest[done..];
             }
         }
-        writer
-            .execute_batch("PRAGMA synchronous = FULL")
-            .map_err(failed)?;
-        // The rows reach the disk now, so the last commit's fsync, under the
-        // lock, has only its own frames to write. The WAL holds no lock of
-        // SQLite's, so this descriptor may close.
-        if let Ok(wal) = std::fs::File::open(self.wal_path()) {
-            wal.sync_data()?;
+        let wal: bool = writer
+            .query_row("PRAGMA journal_mode", [], |r| r.get::<_, String>(0))
+            .map_err(failed)?
+            .eq_ignore_ascii_case("wal");
+        if !wal {
+            // A rollback journal has no WAL to sync afterwards.
+            writer
+                .execute_batch("PRAGMA synchronous = FULL")
+                .map_err(failed)?;
         }
         pacer.gap();
         let transaction = self.write_transaction(writer)?;
@@ -258,7 +259,13 @@ impl SqliteStore {
             return Err(taken());
         }
         session.insert(&transaction).map_err(failed)?;
-        transaction.commit().map_err(failed)
+        transaction.commit().map_err(failed)?;
+        if wal {
+            // The fsync that makes the child durable, outside the lock: the
+            // WAL holds no lock of SQLite's, so this descriptor may close.
+            std::fs::File::open(self.wal_path())?.sync_data()?;
+        }
+        Ok(())
     }
 
     /// Removes the rows of `id` while no session row has that id (rows of an

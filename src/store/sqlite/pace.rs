@@ -13,9 +13,10 @@
 //! (the probe says gone) the child is written without pauses.
 //!
 //! Those transactions commit without `fsync` (`synchronous = NORMAL`): their
-//! rows are invisible, so losing them loses nothing. Before the last one the
-//! WAL is synced outside any lock, and the last one commits with
-//! `synchronous = FULL`, which makes the whole child durable at once.
+//! rows are invisible, so losing them loses nothing. After the last one, and
+//! outside the lock, the WAL is synced, which makes the whole child durable
+//! at once before `create` returns (a rollback-journal database commits the
+//! last one with `synchronous = FULL` instead).
 //!
 //! The rows go in before their session row, so neither the Harness nor a
 //! mount lists the child until one last small transaction adds that row; a
