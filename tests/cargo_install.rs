@@ -14,8 +14,8 @@ mod namespace;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{TempDir, binary, copy_tree};
-use namespace::{describe, quote};
+use common::{TempDir, binary, copy_tree, demo_store, quote};
+use namespace::describe;
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -88,7 +88,7 @@ fn cargo_install_puts_a_binary_that_mount_t_fuse_sessionfs_runs() {
     }
     let work = TempDir::new("cargo-install-mount");
     let store = work.path().join("store");
-    copy_tree(&manifest_dir().join("examples/demo-store"), &store);
+    copy_tree(&demo_store(), &store);
     let mountpoint = work.path().join("mnt");
     std::fs::create_dir(&mountpoint).expect("mkdir");
     let mnt = quote(&mountpoint);

@@ -11,19 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Mount, TempDir, binary, copy_tree};
-
-fn demo_store() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-store")
-}
-
-/// A writable copy of the demo store.
-fn demo_copy() -> (TempDir, PathBuf) {
-    let dir = TempDir::new("cli-store");
-    let store = dir.path().join("store");
-    copy_tree(&demo_store(), &store);
-    (dir, store)
-}
+use common::{Mount, StoreCopy, TempDir, binary, demo_copy, demo_store};
 
 fn is_mounted(path: &Path) -> bool {
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
@@ -334,7 +322,10 @@ fn daemon_mode_returns_once_mounted_and_exits_after_umount() {
         Path::new("/dev/fuse").exists(),
         "/dev/fuse is required: this test mounts for real"
     );
-    let (_store_dir, store) = demo_copy();
+    let StoreCopy {
+        dir: _store_dir,
+        path: store,
+    } = demo_copy();
     let mnt_dir = TempDir::new("cli-daemon");
     let mnt = mnt_dir.path().join("mnt");
     std::fs::create_dir(&mnt).expect("mkdir");
@@ -412,7 +403,10 @@ fn daemon_mode_returns_once_mounted_and_exits_after_umount() {
 
 /// `sessionfs -f`, then `signal`: the mount goes away and the exit status is 0.
 fn foreground_signal_unmounts(signal: i32) {
-    let (_store_dir, store) = demo_copy();
+    let StoreCopy {
+        dir: _store_dir,
+        path: store,
+    } = demo_copy();
     let mount = Mount::new(&store, &[]);
     let path = mount.path().to_path_buf();
     assert!(std::fs::read_dir(&path).expect("list the mount").count() > 1);
@@ -450,7 +444,10 @@ fn foreground_sighup_unmounts_and_exits_0() {
 
 #[test]
 fn foreground_umount_ends_the_process_with_0() {
-    let (_store_dir, store) = demo_copy();
+    let StoreCopy {
+        dir: _store_dir,
+        path: store,
+    } = demo_copy();
     let mount = Mount::new(&store, &["-o", "grace=0"]);
     assert!(mount.path().join("ledger-chat/transcript.md").is_file());
     // Mount::unmount runs umount(2) and waits for the process.

@@ -5,20 +5,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use common::{Mount, TempDir, copy_tree};
-
-fn demo_copy(label: &str) -> (TempDir, PathBuf) {
-    let dir = TempDir::new(label);
-    let store = dir.path().join("store");
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-store"),
-        &store,
-    );
-    (dir, store)
-}
+use common::{Mount, StoreCopy, TempDir, demo_copy};
 
 fn run(program: &str, args: &[&str]) -> Output {
     Command::new(program)
@@ -64,7 +54,10 @@ fn assert_same_tree(mount: &Path, copy: &Path) {
 
 #[test]
 fn the_documented_commands_work_on_a_mount() {
-    let (_store_dir, store) = demo_copy("tools-store");
+    let StoreCopy {
+        dir: _store_dir,
+        path: store,
+    } = demo_copy();
     // No grace: the demo's crashed session shows its closers from the start,
     // not halfway through the copies (the copy of the store is new).
     let first = Mount::new(&store, &["-r", "-o", "grace=0"]);

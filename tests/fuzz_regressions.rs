@@ -5,58 +5,43 @@
 //! limits. Each must be refused with a reason, without a panic, with memory
 //! bounded by the documented limits.
 //!
-//! Inputs kept under `fuzz/regressions/<target>/` are replayed through the same
-//! code path as their fuzz target. F1 and F2 below were found this way and fixed.
+//! Inputs kept under `fuzz/regressions/<target>/` are replayed through their
+//! fuzz target's own checks: `fuzz/src/lib.rs` is included below as a module.
+//! F1 and F2 below were found this way and fixed.
 
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use sessionfs::json::JsonMap;
 use sessionfs::model::Refusal;
-use sessionfs::model::quick::Scanned;
 use sessionfs::store::jsonl::{JsonlStore, MAX_RECORD_BYTES};
 use sessionfs::store::sqlite::SqliteStore;
 use sessionfs::store::zstd_frames::{
     FRAME_MAGIC, FrameScan, MAX_FRAME_PLAINTEXT, decode_frame, decode_torn_frame, encode_frame,
     scan_frame,
 };
-use sessionfs::store::{
-    Backend, Catalog, EventLoc, ScanEnd, ScanPoint, SessionKey, Source, Writer,
-};
-use sessionfs::view::{SessionView, ViewFile};
+use sessionfs::store::{Backend, Catalog, EventLoc, ScanEnd, ScanPoint, SessionKey, Source};
+use sessionfs::view::SessionView;
+
+#[allow(
+    dead_code,
+    reason = "`scratch` is the fuzzers' per-process directory; the replay uses TempDir"
+)]
+#[path = "../fuzz/src/lib.rs"]
+mod fuzz_checks;
+
+mod common;
+
+use common::TempDir;
 
 /// Tests that need hundreds of MiB take turns, so the suite's peak stays near one of them.
 static BIG: Mutex<()> = Mutex::new(());
 
 fn big_memory_turn() -> std::sync::MutexGuard<'static, ()> {
     BIG.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A directory removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(label: &str) -> TempDir {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!(
-            "sessionfs-fuzzreg-{label}-{}-{n}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("temp dir");
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 const HEADER: &str = r#"{"type":"session","version":0,"id":"s","createdAt":1,"delegationDepth":0}"#;
@@ -68,7 +53,7 @@ fn jsonl_store(
     fill: impl FnOnce(&mut File),
 ) -> (TempDir, JsonlStore, SessionKey) {
     let dir = TempDir::new(label);
-    let session = dir.0.join("_no-cwd").join("s");
+    let session = dir.path().join("_no-cwd").join("s");
     std::fs::create_dir_all(&session).expect("session dir");
     let path = session.join(if zstd {
         "session.jsonl.zstd"
@@ -78,30 +63,18 @@ fn jsonl_store(
     let mut file = File::create(&path).expect("session file");
     fill(&mut file);
     drop(file);
-    let store = JsonlStore::open(&dir.0).expect("store opens");
+    let store = JsonlStore::open(dir.path()).expect("store opens");
     let key = SessionKey::File(path.canonicalize().expect("canonical path"));
     (dir, store, key)
 }
 
+/// A whole scan, through the fuzz targets' scan (chunks read quickly are fetched).
 fn scan(
     store: &dyn Backend,
     key: &SessionKey,
 ) -> (Result<(ScanPoint, ScanEnd), Refusal>, Vec<JsonMap>) {
-    let mut scanned = Vec::new();
-    let mut sink = |loc: EventLoc, event: Scanned| -> Result<(), Refusal> {
-        scanned.push((loc, event));
-        Ok(())
-    };
-    let result = store.scan(key, &ScanPoint::default(), &mut sink);
-    // Chunks read quickly are fetched, to check whole events.
-    let events = scanned
-        .into_iter()
-        .map(|(loc, event)| match event {
-            Scanned::Event(event) => event,
-            Scanned::Chunk { .. } => store.fetch(key, loc).expect("a scanned chunk fetches"),
-        })
-        .collect();
-    (result, events)
+    let (result, events) = fuzz_checks::scan_from(store, key, &ScanPoint::default());
+    (result, events.into_iter().map(|(_, event)| event).collect())
 }
 
 fn refusal_of(result: Result<(ScanPoint, ScanEnd), Refusal>) -> String {
@@ -347,7 +320,7 @@ fn sqlite17_store(
     rows: &[(i64, &str, i64, rusqlite::types::Value, Option<i64>)],
 ) -> (TempDir, SqliteStore) {
     let dir = TempDir::new(label);
-    let path = dir.0.join("sessions.db");
+    let path = dir.path().join("sessions.db");
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stores/sqlite17/sessions.db");
     std::fs::copy(fixture, &path).expect("copy fixture");
@@ -472,49 +445,22 @@ fn regressions(target: &str) -> Vec<PathBuf> {
     files
 }
 
-/// The `jsonl_scan` target's path: the input as `session.jsonl` at the path its
-/// header names, scanned, fetched back, loaded and rendered, and repaired.
-/// Returns the view before and after the repair (if one was planned).
+/// The `jsonl_scan` target, on one input: the input as `session.jsonl` at the
+/// path its header names, scanned, fetched back, loaded and rendered, and
+/// repaired, with every check the target makes. Returns the view before and
+/// after the repair (if one was written).
 fn replay_jsonl(label: &str, bytes: &[u8]) -> (SessionView, Option<SessionView>) {
     let dir = TempDir::new(label);
-    let first = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
-    let header = serde_json::from_slice::<serde_json::Value>(first)
-        .ok()
-        .and_then(|v| sessionfs::model::header::SessionHeader::from_jsonl(v.as_object()?).ok());
-    let (project, segment) = match &header {
-        Some(h) => (
-            sessionfs::model::ids::project_dir(h.cwd.as_deref()),
-            sessionfs::model::ids::encode_segment(&h.id).unwrap_or_else(|| "s".into()),
-        ),
-        None => ("_no-cwd".into(), "s".into()),
-    };
-    let session = dir.0.join(project).join(segment);
-    std::fs::create_dir_all(&session).unwrap();
-    std::fs::write(session.join("session.jsonl"), bytes).unwrap();
-    let store = JsonlStore::open(&dir.0).unwrap();
-    let listing = store.list().into_iter().next().expect("listed");
-    let _ = scan(&store, &listing.key);
-    let mut view = SessionView::load(&store, &listing, Duration::ZERO);
-    let key = view.key.clone();
-    let plan = view.repair_plan(&store);
-    if let Some(indexed) = view.indexed_mut() {
-        for which in [
-            ViewFile::Header,
-            ViewFile::Surface,
-            ViewFile::Transcript,
-            ViewFile::Index,
-        ] {
-            indexed
-                .file(&store, &key, which)
-                .expect("a readable session renders");
-        }
-    }
-    let repaired = plan.and_then(|(keep, revision, tail)| {
-        store.repair(&key, &keep, &revision, &tail).ok()?;
-        let listing = store.list().into_iter().next().expect("still listed");
-        Some(SessionView::load(&store, &listing, Duration::ZERO))
-    });
-    (view, repaired)
+    let root = dir.path().join("store");
+    let first_line = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
+    let path = fuzz_checks::write_session(
+        &root,
+        fuzz_checks::header_of(first_line).as_ref(),
+        false,
+        bytes,
+    );
+    let checked = fuzz_checks::check_jsonl_session(&root, &path).expect("the input is listed");
+    (checked.view, checked.repaired)
 }
 
 #[test]

@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TempDir, binary, copy_tree};
-use namespace::{describe, quote};
+use common::{TempDir, binary, copy_tree, demo_store, quote};
+use namespace::describe;
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -30,7 +30,7 @@ fn manifest_dir() -> &'static Path {
 fn home_with_store(label: &str) -> (TempDir, PathBuf) {
     let home = TempDir::new(label);
     let store = home.path().join(".dsh/sessions");
-    copy_tree(&manifest_dir().join("examples/demo-store"), &store);
+    copy_tree(&demo_store(), &store);
     (home, store)
 }
 
@@ -261,10 +261,7 @@ impl UserSetup {
         let dir = TempDir::new(label);
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
             .expect("chmod");
-        copy_tree(
-            &manifest_dir().join("examples/demo-store"),
-            &dir.path().join("home/.dsh/sessions"),
-        );
+        copy_tree(&demo_store(), &dir.path().join("home/.dsh/sessions"));
         std::fs::create_dir(dir.path().join("home/sessions")).expect("mkdir");
         std::fs::copy(binary(), dir.path().join("sessionfs")).expect("copy binary");
         let chown = Command::new("chown")

@@ -11,46 +11,17 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
 use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Mount, TempDir, event_names, events, read_json, session_dir, snapshot, store_copy};
+use common::{
+    Mount, Rng, digest, event_names, events, is_mounted, read_json, session_dir, snapshot,
+    store_copy,
+};
 use serde_json::Value;
-
-struct Rng(u64);
-
-impl Rng {
-    fn seeded() -> Rng {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
-        eprintln!("faults: seed {seed}");
-        Rng(seed | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-fn digest(bytes: &[u8]) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    bytes.hash(&mut h);
-    h.finish()
-}
 
 /// What a session looks like through a mount, as hashes of its views.
 fn fingerprint(dir: &Path) -> Vec<(String, u64)> {
@@ -228,7 +199,7 @@ fn leftovers(root: &Path) -> (usize, usize) {
 fn kill_during_fork_and_flush(store_name: &str, iterations: u32, budget: Duration) {
     let copy = store_copy(store_name);
     let is_sqlite = copy.path.extension().is_some_and(|e| e == "db");
-    let mut rng = Rng::seeded();
+    let mut rng = Rng::seeded("faults");
 
     // The baseline: every fixture session's views, and the parents' events.
     let (baseline, parents) = {
@@ -287,7 +258,7 @@ fn kill_during_fork_and_flush(store_name: &str, iterations: u32, budget: Duratio
         if start.elapsed() > budget {
             break;
         }
-        let window = [1u64, 5, 20, 100][rng.below(4) as usize];
+        let window = rng.pick(&[1u64, 5, 20, 100]);
         let mount = Mount::new(&copy.path, &["-o", &format!("grace=0,window={window}")]);
         let pid = mount.pid();
         let stop = Arc::new(AtomicBool::new(false));
@@ -295,7 +266,7 @@ fn kill_during_fork_and_flush(store_name: &str, iterations: u32, budget: Duratio
             let root = mount.path().to_path_buf();
             let parents = parents.clone();
             let stop = stop.clone();
-            let mut rng = Rng(rng.next() | 1);
+            let mut rng = Rng(rng.next());
             std::thread::spawn(move || {
                 let mut accepted: Vec<Asked> = Vec::new();
                 let mut promised = 0usize;
@@ -303,9 +274,9 @@ fn kill_during_fork_and_flush(store_name: &str, iterations: u32, budget: Duratio
                 let mut other_errors = Vec::new();
                 let mut n = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    let parent = rng.below(parents.len() as u64) as usize;
+                    let parent = rng.index(parents.len());
                     let ends = &parents[parent].turn_ends;
-                    let boundary = ends[rng.below(ends.len() as u64) as usize];
+                    let boundary = rng.pick(ends);
                     let child = format!("k{iteration:02}-{n:03}");
                     n += 1;
                     match std::fs::write(
@@ -443,104 +414,13 @@ fn kill_9_during_fork_and_flush_on_sqlite17() {
 
 // ---- unmounting --------------------------------------------------------------
 
-/// `sessionfs -f` with stderr captured in a file; unmounted and reaped on drop.
-struct Captured {
-    dir: TempDir,
-    stderr: PathBuf,
-    _logs: TempDir,
-    child: Option<Child>,
-}
-
-fn mounted(path: &Path) -> bool {
-    let target = path.to_string_lossy();
-    std::fs::read_to_string("/proc/mounts")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split(' ').nth(1) == Some(&target))
-}
-
-impl Captured {
-    fn new(store: &Path, options: &[&str]) -> Captured {
-        let dir = TempDir::new("cap-mnt");
-        let logs = TempDir::new("cap-log");
-        let stderr = logs.path().join("stderr");
-        let child = Command::new(common::binary())
-            .arg("-f")
-            .args(options)
-            .arg(store)
-            .arg(dir.path())
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
-            .spawn()
-            .expect("spawn");
-        let mut mount = Captured {
-            dir,
-            stderr,
-            _logs: logs,
-            child: Some(child),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !mounted(mount.path()) {
-            if let Some(Ok(Some(status))) = mount.child.as_mut().map(Child::try_wait) {
-                panic!(
-                    "sessionfs exited before mounting: {status}: {}",
-                    mount.stderr()
-                );
-            }
-            assert!(Instant::now() < deadline, "no mount within 20 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        mount
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().map_or(0, |c| c.id() as i32)
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    /// Waits for the process to exit, for at most `limit`.
-    fn exited_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let child = self.child.as_mut()?;
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                self.child = None;
-                return Some(status);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Captured {
-    fn drop(&mut self) {
-        if mounted(self.path()) {
-            let path =
-                std::ffi::CString::new(self.path().as_os_str().as_encoded_bytes()).expect("path");
-            // SAFETY: a valid NUL-terminated path.
-            unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
-        }
-        if let Some(mut child) = self.child.take() {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+/// `sessionfs -f` with its stderr kept in a file and info logging on.
+fn captured(store: &Path, options: &[&str]) -> Mount {
+    Mount::builder(store)
+        .options(options)
+        .env("RUST_LOG", "info")
+        .capture_stderr()
+        .start()
 }
 
 fn umount(path: &Path, flags: i32) -> Result<(), i32> {
@@ -560,7 +440,7 @@ fn umount(path: &Path, flags: i32) -> Result<(), i32> {
     }
 }
 
-fn alive(pid: i32) -> bool {
+fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
 }
 
@@ -588,7 +468,7 @@ fn child_in_store(store: &Path, id: &str) -> bool {
 #[test]
 fn umount_with_open_readers_and_a_pending_fork() {
     let copy = store_copy("jsonl-zstd");
-    let mut mount = Captured::new(&copy.path, &["-o", "grace=0,window=60000"]);
+    let mut mount = captured(&copy.path, &["-o", "grace=0,window=60000"]);
     let pid = mount.pid();
     let session = session_dir(mount.path(), "release-notes");
     let mut transcript =
@@ -608,10 +488,10 @@ fn umount_with_open_readers_and_a_pending_fork() {
         libc::EBUSY
     );
     assert_eq!(plain, Err(libc::EBUSY), "a busy mount is not unmounted");
-    assert!(alive(pid) && mounted(mount.path()));
+    assert!(alive(pid) && is_mounted(mount.path()));
     let lazy = umount(mount.path(), libc::MNT_DETACH);
     assert_eq!(lazy, Ok(()), "umount -l detaches");
-    assert!(!mounted(mount.path()), "detached at once");
+    assert!(!is_mounted(mount.path()), "detached at once");
     std::thread::sleep(Duration::from_millis(500));
     let after_detach = (read_rest(&mut transcript), read_rest(&mut header));
     let still_alive = alive(pid);
@@ -657,7 +537,7 @@ fn umount_with_open_readers_and_a_pending_fork() {
 #[test]
 fn a_fork_name_the_store_cannot_hold_is_refused_and_pending_forks_are_written_at_umount() {
     let copy = store_copy("jsonl-zstd");
-    let mut mount = Captured::new(&copy.path, &["-o", "grace=0,window=60000"]);
+    let mut mount = captured(&copy.path, &["-o", "grace=0,window=60000"]);
     let session = session_dir(mount.path(), "release-notes");
     // 52 × é escapes to 260 bytes: more than a directory name can hold.
     let unwritable = "\u{e9}".repeat(52);
@@ -686,19 +566,19 @@ fn a_fork_name_the_store_cannot_hold_is_refused_and_pending_forks_are_written_at
 #[test]
 fn sigterm_with_an_open_reader() {
     let copy = store_copy("sqlite17");
-    let mut mount = Captured::new(&copy.path, &["-o", "grace=0,window=60000"]);
+    let mut mount = captured(&copy.path, &["-o", "grace=0,window=60000"]);
     let pid = mount.pid();
     let session = session_dir(mount.path(), "release-notes");
     let mut held = std::fs::File::open(session.join("surface.jsonl")).expect("open");
     std::fs::write(session.join("fork"), b"42 pending-at-sigterm\n").expect("fork");
     // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     std::thread::sleep(Duration::from_millis(500));
-    let detached = !mounted(mount.path());
+    let detached = !is_mounted(mount.path());
     let first = (alive(pid), child_in_store(&copy.path, "pending-at-sigterm"));
     // A second SIGTERM, as a service manager might send.
     // SAFETY: as above.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     std::thread::sleep(Duration::from_millis(500));
     let second_alive = alive(pid);
     let read = read_rest(&mut held);
@@ -724,17 +604,17 @@ fn sigterm_with_an_open_reader() {
 #[test]
 fn sigterm_then_sigkill_keeps_pending_forks() {
     let copy = store_copy("jsonl-zstd");
-    let mount = Captured::new(&copy.path, &["-o", "grace=0,window=60000"]);
+    let mount = captured(&copy.path, &["-o", "grace=0,window=60000"]);
     let pid = mount.pid();
     let session = session_dir(mount.path(), "release-notes");
     let held = std::fs::File::open(session.join("surface.jsonl")).expect("open");
     std::fs::write(session.join("fork"), b"42 pending-at-stop\n").expect("fork");
     // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     std::thread::sleep(Duration::from_secs(2));
     // SAFETY: as above.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    wait_dead(pid as u32, Duration::from_secs(5));
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    wait_dead(pid, Duration::from_secs(5));
     drop(held);
     drop(mount);
     let durable = child_in_store(&copy.path, "pending-at-stop");

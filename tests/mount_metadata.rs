@@ -6,19 +6,9 @@ mod common;
 
 use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use common::{Mount, TempDir, copy_tree};
-
-fn demo_copy() -> (TempDir, PathBuf) {
-    let dir = TempDir::new("metadata-store");
-    let store = dir.path().join("store");
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-store"),
-        &store,
-    );
-    (dir, store)
-}
+use common::{Mount, StoreCopy, demo_copy};
 
 fn c_path(path: &Path) -> CString {
     CString::new(path.as_os_str().as_encoded_bytes()).expect("path")
@@ -55,7 +45,10 @@ fn set_time(path: &Path) -> i32 {
 
 #[test]
 fn times_modes_and_owners_are_refused_with_erofs_and_truncating_a_control_file_works() {
-    let (_store_dir, store) = demo_copy();
+    let StoreCopy {
+        dir: _store_dir,
+        path: store,
+    } = demo_copy();
     let mount = Mount::new(&store, &[]);
     let root = mount.path();
     let session = root.join("ledger-chat");

@@ -4,21 +4,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Mount, TempDir, binary, copy_tree};
-
-fn demo_copy(label: &str) -> (TempDir, PathBuf) {
-    let dir = TempDir::new(label);
-    let store = dir.path().join("store");
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-store"),
-        &store,
-    );
-    (dir, store)
-}
+use common::{Mount, StoreCopy, binary, demo_copy};
 
 /// Undoes the `\NNN` escapes of /proc/self/mountinfo.
 fn unescape(field: &str) -> String {
@@ -66,7 +56,7 @@ fn run(command: &mut Command) -> String {
 
 #[test]
 fn the_mount_shows_type_fuse_sessionfs_and_the_canonical_store() {
-    let (dir, store) = demo_copy("table");
+    let StoreCopy { dir, path: store } = demo_copy();
     // A path that is neither canonical nor free of a symlink.
     std::os::unix::fs::symlink(&store, dir.path().join("link")).expect("symlink");
     std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
@@ -115,7 +105,10 @@ fn the_mount_shows_type_fuse_sessionfs_and_the_canonical_store() {
 
 #[test]
 fn fsname_overrides_the_source() {
-    let (_dir, store) = demo_copy("table-fsname");
+    let StoreCopy {
+        dir: _dir,
+        path: store,
+    } = demo_copy();
     let mount = Mount::new(&store, &["-o", "fsname=my-sessions"]);
     assert_eq!(
         mount_entry(mount.path()),
@@ -125,7 +118,7 @@ fn fsname_overrides_the_source() {
 
 #[test]
 fn a_relative_store_is_shown_by_its_absolute_path() {
-    let (dir, store) = demo_copy("table-relative");
+    let StoreCopy { dir, path: store } = demo_copy();
     let mountpoint = dir.path().join("mnt");
     std::fs::create_dir(&mountpoint).expect("mkdir");
     // Daemon mode from the store's directory: the parent returns once mounted.
@@ -160,12 +153,9 @@ fn a_relative_store_is_shown_by_its_absolute_path() {
 
 #[test]
 fn a_store_path_with_a_comma_and_a_space_is_shown_as_it_is() {
-    let dir = TempDir::new("table-comma");
-    let store = dir.path().join("a,b store");
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-store"),
-        &store,
-    );
+    let copy = demo_copy();
+    let store = copy.dir.path().join("a,b store");
+    std::fs::rename(&copy.path, &store).expect("rename the store");
     let mount = Mount::new(&store, &[]);
     assert_eq!(
         mount_entry(mount.path()),

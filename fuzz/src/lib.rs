@@ -2,6 +2,10 @@
 //! store holding the one session a target writes, and the checks every
 //! backend target makes (fetch agrees with scan, a scan resumes where it
 //! stopped, a readable session renders every file, a repair leaves a clean log).
+//!
+//! `tests/fuzz_regressions.rs` includes this file as a module (`#[path]`) to
+//! replay kept inputs through these same checks, so it uses only what the
+//! main crate's tests have: sessionfs and serde_json, not libfuzzer.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -76,15 +80,14 @@ pub fn write_session(
 }
 
 /// Opens the store at `root` (afresh, so no cache outlives the file it was
-/// filled from) and runs every check on the session at `path`.
-pub fn check_jsonl_session(root: &Path, path: &Path) {
+/// filled from) and runs every check on the session at `path`; `None` when the
+/// store does not list it.
+pub fn check_jsonl_session(root: &Path, path: &Path) -> Option<Checked> {
     let store = JsonlStore::open(root).expect("the fuzz store does not open");
     let key = SessionKey::File(path.canonicalize().unwrap_or_else(|_| path.to_path_buf()));
     let listing = store.list().into_iter().find(|l| l.key == key);
     check_scans(&store, &key);
-    if let Some(listing) = listing {
-        check_view(&store, &listing, true);
-    }
+    listing.map(|listing| check_view(&store, &listing, true))
 }
 
 fn text(event: &JsonMap) -> String {
@@ -173,10 +176,17 @@ pub fn known_closer_refusal(refusal: &Refusal) {
     assert!(f1, "a crash-repair closer is refused: {message}");
 }
 
+/// What `check_view` loaded: the session's view, and its view after the
+/// repair when one was written (tests/fuzz_regressions.rs looks at both).
+pub struct Checked {
+    pub view: SessionView,
+    pub repaired: Option<SessionView>,
+}
+
 /// Loads the session as the filesystem does and renders every file of it.
 /// With `repair`, a repair plan is applied and the repaired session must load
 /// with nothing torn and no turn left open.
-pub fn check_view(store: &dyn Backend, listing: &Listing, repair: bool) {
+pub fn check_view(store: &dyn Backend, listing: &Listing, repair: bool) -> Checked {
     let mut view = SessionView::load(store, listing, Duration::ZERO);
     let _ = view.error_text();
     let _ = view.mtime();
@@ -210,19 +220,26 @@ pub fn check_view(store: &dyn Backend, listing: &Listing, repair: bool) {
         for closer in indexed.closers() {
             if let Err(refusal) = fold.observe(closer) {
                 known_closer_refusal(&refusal);
-                return;
+                return Checked {
+                    view,
+                    repaired: None,
+                };
             }
         }
     }
     let _ = view.refresh(store);
+    let unrepaired = |view| Checked {
+        view,
+        repaired: None,
+    };
     if !repair {
-        return;
+        return unrepaired(view);
     }
     let Some((keep, revision, tail)) = plan else {
-        return;
+        return unrepaired(view);
     };
     if store.repair(&key, &keep, &revision, &tail).is_err() {
-        return;
+        return unrepaired(view);
     }
     let relisted = store
         .list()
@@ -249,5 +266,9 @@ pub fn check_view(store: &dyn Backend, listing: &Listing, repair: bool) {
                 .error_text()
                 .map(|t| String::from_utf8_lossy(&t).into_owned())
         ),
+    }
+    Checked {
+        view,
+        repaired: Some(repaired),
     }
 }

@@ -72,6 +72,20 @@ pub struct StoreCopy {
     pub path: PathBuf,
 }
 
+/// `examples/demo-store`, the store the README's examples use (read-only: copy it).
+pub fn demo_store() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-store")
+}
+
+/// A writable copy of `examples/demo-store` (the store the README's examples
+/// use) at `<dir>/store`.
+pub fn demo_copy() -> StoreCopy {
+    let dir = TempDir::new("demo-store");
+    let path = dir.path().join("store");
+    copy_tree(&demo_store(), &path);
+    StoreCopy { dir, path }
+}
+
 pub fn store_copy(name: &str) -> StoreCopy {
     let dir = TempDir::new("store");
     let source = fixtures().join("stores").join(name);
@@ -108,13 +122,113 @@ pub fn binary() -> PathBuf {
 }
 
 /// A live `sessionfs -f` mount. Drop unmounts (lazily if busy) and reaps the
-/// process, so no test leaves a mount or a process behind.
+/// process, so no test leaves a mount or a process behind. `Mount::new` is
+/// the common case; `Mount::builder` sets what else a test needs.
 pub struct Mount {
     pub dir: TempDir,
     child: Option<Child>,
+    /// Where the process's stderr goes, when the builder captured it.
+    stderr: Option<(TempDir, PathBuf)>,
 }
 
-fn is_mounted(path: &Path) -> bool {
+/// How a [`Mount`] is started: its options, the umask its process starts
+/// with, extra environment, and whether its stderr is kept in a file.
+pub struct MountBuilder<'a> {
+    store: &'a Path,
+    options: Vec<String>,
+    umask: Option<libc::mode_t>,
+    env: Vec<(String, String)>,
+    capture_stderr: bool,
+}
+
+impl MountBuilder<'_> {
+    /// Command-line arguments before the store, as `Mount::new` takes them.
+    pub fn options(mut self, options: &[&str]) -> Self {
+        self.options.extend(options.iter().map(|o| o.to_string()));
+        self
+    }
+
+    /// The umask the sessionfs process starts with.
+    pub fn umask(mut self, umask: libc::mode_t) -> Self {
+        self.umask = Some(umask);
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Keeps stderr in a file, for [`Mount::stderr`], instead of the test's own.
+    pub fn capture_stderr(mut self) -> Self {
+        self.capture_stderr = true;
+        self
+    }
+
+    /// Spawns sessionfs and waits until the kernel lists the mount.
+    pub fn start(self) -> Mount {
+        use std::os::unix::process::CommandExt;
+        assert!(
+            Path::new("/dev/fuse").exists(),
+            "/dev/fuse is required: these tests mount for real"
+        );
+        let dir = TempDir::new("mnt");
+        let mut command = Command::new(binary());
+        command
+            .arg("-f")
+            .args(&self.options)
+            .arg(self.store)
+            .arg(dir.path())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        let stderr = self.capture_stderr.then(|| {
+            let logs = TempDir::new("mnt-log");
+            let file = logs.path().join("stderr");
+            (logs, file)
+        });
+        match &stderr {
+            Some((_, file)) => command.stderr(std::fs::File::create(file).expect("stderr file")),
+            None => command.stderr(Stdio::inherit()),
+        };
+        if let Some(umask) = self.umask {
+            // SAFETY: umask(2) is async-signal-safe and cannot fail.
+            unsafe {
+                command.pre_exec(move || {
+                    libc::umask(umask);
+                    Ok(())
+                });
+            }
+        }
+        let child = command.spawn().expect("spawn sessionfs");
+        let mut mount = Mount {
+            dir,
+            child: Some(child),
+            stderr,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !is_mounted(mount.path()) {
+            if let Some(child) = mount.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                let stderr = mount.stderr.as_ref().map(|_| mount.stderr());
+                panic!(
+                    "sessionfs exited before mounting: {status}{}",
+                    stderr.map(|e| format!(": {e}")).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sessionfs did not mount within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        mount
+    }
+}
+
+/// Whether a FUSE file system is mounted at `path`.
+pub fn is_mounted(path: &Path) -> bool {
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
     let target = path.to_string_lossy();
     mounts.lines().any(|line| {
@@ -128,39 +242,17 @@ fn is_mounted(path: &Path) -> bool {
 
 impl Mount {
     pub fn new(store: &Path, options: &[&str]) -> Mount {
-        let dir = TempDir::new("mnt");
-        assert!(
-            Path::new("/dev/fuse").exists(),
-            "/dev/fuse is required: these tests mount for real"
-        );
-        let child = Command::new(binary())
-            .arg("-f")
-            .args(options)
-            .arg(store)
-            .arg(dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn sessionfs");
-        let mut mount = Mount {
-            dir,
-            child: Some(child),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !is_mounted(mount.path()) {
-            if let Some(child) = mount.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                panic!("sessionfs exited before mounting: {status}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "sessionfs did not mount within 20 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        Mount::builder(store).options(options).start()
+    }
+
+    pub fn builder(store: &Path) -> MountBuilder<'_> {
+        MountBuilder {
+            store,
+            options: Vec::new(),
+            umask: None,
+            env: Vec::new(),
+            capture_stderr: false,
         }
-        mount
     }
 
     pub fn path(&self) -> &Path {
@@ -171,13 +263,37 @@ impl Mount {
         self.child.as_ref().map_or(0, Child::id)
     }
 
+    /// What the process wrote on stderr so far (the builder captured it).
+    pub fn stderr(&self) -> String {
+        let (_, file) = self
+            .stderr
+            .as_ref()
+            .expect("a mount built with capture_stderr");
+        std::fs::read_to_string(file).unwrap_or_default()
+    }
+
+    /// Waits for the process to exit by itself, for at most `limit`.
+    pub fn exited_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Unmounts and waits for the process; returns its exit status.
     pub fn unmount(mut self) -> std::process::ExitStatus {
         self.stop().expect("process status")
     }
 
     fn stop(&mut self) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.take()?;
         if is_mounted(self.path()) {
             let path =
                 std::ffi::CString::new(self.path().as_os_str().as_encoded_bytes()).expect("path");
@@ -187,6 +303,7 @@ impl Mount {
                 unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
             }
         }
+        let mut child = self.child.take()?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(Some(status)) = child.try_wait() {
@@ -205,6 +322,28 @@ impl Drop for Mount {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A path quoted for sh.
+pub fn quote(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', "'\\''"))
+}
+
+/// Runs a shell command as `nobody` (uid and gid 65534, no supplementary groups).
+pub fn as_nobody(command: &str) -> std::process::Output {
+    Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "sh",
+            "-c",
+            command,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv")
 }
 
 /// Reads a JSON file from the mount.
@@ -246,6 +385,17 @@ pub fn events(dir: &Path) -> Vec<serde_json::Value> {
 pub struct Rng(pub u64);
 
 impl Rng {
+    /// A generator seeded from the clock; the seed is printed under `label`,
+    /// so a failing run can be replayed with `Rng(seed)`.
+    pub fn seeded(label: &str) -> Rng {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_nanos() as u64;
+        eprintln!("{label}: seed {seed}");
+        Rng(seed)
+    }
+
     pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -266,6 +416,14 @@ impl Rng {
     pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
         items[self.index(items.len())]
     }
+}
+
+/// A 64-bit digest of some bytes, to compare contents without keeping them.
+pub fn digest(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }
 
 /// Polls until `check` holds, for at most `limit`; returns how long it took.

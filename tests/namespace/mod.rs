@@ -6,7 +6,6 @@
 
 #![allow(dead_code)]
 
-use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 /// Why namespace tests cannot run here, if they cannot.
@@ -47,11 +46,6 @@ pub fn run(script: &str) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("unshare")
-}
-
-/// A path quoted for sh.
-pub fn quote(path: &Path) -> String {
-    format!("'{}'", path.display().to_string().replace('\'', "'\\''"))
 }
 
 /// The user tests run unprivileged commands as: `nobody`, when it exists.
