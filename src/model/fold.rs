@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use crate::json::JsonMap;
+use crate::model::activity::ActivityScan;
 use crate::model::fork::TurnBoundaries;
 use crate::model::header::{SessionHeader, canonical_request_header};
 use crate::model::legacy::{MessageIds, convert_event};
@@ -30,6 +31,7 @@ pub struct SessionFold {
     session_id: String,
     surface: SurfaceFold,
     repair: RepairScan,
+    activity: ActivityScan,
     turns: TurnBoundaries,
     request_header: Option<Value>,
     request_context: Option<Value>,
@@ -61,6 +63,7 @@ impl SessionFold {
             session_id: header.id.clone(),
             surface: SurfaceFold::default(),
             repair: RepairScan::default(),
+            activity: ActivityScan::default(),
             turns: TurnBoundaries::default(),
             request_header: None,
             request_context: None,
@@ -99,6 +102,7 @@ impl SessionFold {
                     .advance(*seq)
                     .map_err(|why| self.corrupt(why))?;
                 self.repair.observe_chunk(*seq, *time);
+                self.activity.observe_chunk(*time);
                 self.turns.observe(CHUNK_TYPE);
                 self.last_time = Some(*time);
                 Ok(Folded {
@@ -165,6 +169,7 @@ impl SessionFold {
         }
         let effect = self.surface.apply(event).map_err(|why| self.corrupt(why))?;
         self.repair.observe(event);
+        self.activity.observe(event);
         self.turns.observe(event_type);
         self.last_time = crate::json::safe_integer(&event["time"]);
         self.message_ids.record(seq, event);
@@ -173,7 +178,7 @@ impl SessionFold {
 
     /// Approximate memory held beyond the fold's fixed size, for the cache budget.
     pub fn memory(&self) -> usize {
-        self.turns.len() + self.message_ids.memory()
+        self.turns.len() + self.message_ids.memory() + self.activity.memory()
     }
 
     /// Returns the spare room of a first scan's growing buffers.
@@ -191,6 +196,11 @@ impl SessionFold {
 
     pub fn repair(&self) -> &RepairScan {
         &self.repair
+    }
+
+    /// What the session is doing now, for `status`.
+    pub fn activity(&self) -> &ActivityScan {
+        &self.activity
     }
 
     pub fn turns(&self) -> &TurnBoundaries {

@@ -2,6 +2,7 @@
 //! and fork rules. Nothing here touches files or FUSE.
 
 pub mod catalog;
+pub mod activity;
 pub mod chunk_rows;
 pub mod fold;
 pub mod fork;

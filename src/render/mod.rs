@@ -6,6 +6,7 @@
 pub mod catalog;
 pub mod event_file;
 pub mod markdown;
+pub mod status;
 pub mod transcript;
 
 use serde_json::{Map, Value};

@@ -19,6 +19,7 @@ use std::sync::mpsc;
 use crate::json::JsonMap;
 use crate::model::Refusal;
 use crate::model::Scanned;
+use crate::model::activity::WriterPresence;
 use crate::model::header::SessionHeader;
 
 /// How a backend finds one session again.
@@ -232,6 +233,11 @@ pub trait Source {
 
     /// Reads one stored event again.
     fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal>;
+
+    /// Whether a process that may still write the session has the store open.
+    fn writer_presence(&self, _key: &SessionKey) -> WriterPresence {
+        WriterPresence::Unknown
+    }
 }
 
 /// What sessionfs writes into a store: fork children, crash repairs, and the
@@ -282,6 +288,21 @@ pub trait Watched {
     /// The directory holding one session's stored bytes, watched while its
     /// view is loaded; `None` where `watch_dirs` already covers it.
     fn session_dir(&self, _key: &SessionKey) -> Option<PathBuf> {
+        None
+    }
+
+    /// Directories the last listing saw that may yet receive a session (JSONL:
+    /// session directories holding no log yet, as the Harness makes them just
+    /// before it links the log in), to be watched like `watch_dirs` so that
+    /// the session is listed as soon as its log appears.
+    fn awaiting_dirs(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
+
+    /// A cheap mark that changes whenever a session is added, read after a
+    /// data change (see `is_data_change`) to tell whether the listing must be
+    /// asked again now. `None` where a data change never adds a session.
+    fn added_mark(&self) -> Option<i64> {
         None
     }
 }

@@ -290,6 +290,10 @@ impl Watched for JsonlStore {
             SessionKey::Row(_) => None,
         }
     }
+
+    fn awaiting_dirs(&self) -> Vec<PathBuf> {
+        lock(&self.without_log).clone()
+    }
 }
 
 /// Which encodings a listing saw.
@@ -318,5 +322,29 @@ impl Kinds {
             (true, false) => Encoding::Raw,
             _ => Encoding::Zstd,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Catalog;
+
+    #[test]
+    fn a_session_directory_without_its_log_yet_is_awaited() {
+        let root = std::env::temp_dir().join(format!("sessionfs-awaiting-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let project = root.join("_no-cwd");
+        let home = project.join("nascent");
+        std::fs::create_dir_all(&home).unwrap();
+        let store = JsonlStore::open(&root).unwrap();
+        assert!(store.list().is_empty());
+        assert_eq!(store.awaiting_dirs(), vec![home.clone()]);
+        let header =
+            r#"{"type":"session","version":0,"id":"nascent","createdAt":1,"delegationDepth":0}"#;
+        std::fs::write(home.join(RAW_NAME), format!("{header}\n")).unwrap();
+        assert_eq!(store.list().len(), 1);
+        assert!(store.awaiting_dirs().is_empty());
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

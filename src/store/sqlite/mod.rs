@@ -4,8 +4,9 @@
 //!
 //! Reads share one read-only connection and end every transaction before they
 //! return, so the Harness can keep writing and checkpointing. Fork children are
-//! written through a separate read-write connection in one `BEGIN IMMEDIATE`
-//! transaction (spec §11.5, §11.7).
+//! written through a separate read-write connection in short `BEGIN IMMEDIATE`
+//! transactions placed between the Harness's commits, the session row last
+//! (`pace`, `pending`; spec §11.5, §11.7).
 //!
 //! This file is the `Backend`. `schema` holds the identity checks and table
 //! definitions, `rows` decodes stored rows, `encode` is the one row encoder
@@ -13,6 +14,9 @@
 //! generator), and `varint` is the `source_event_seqs` codec.
 
 mod encode;
+mod liveness;
+mod pace;
+mod pending;
 mod rows;
 mod schema;
 mod varint;
@@ -21,7 +25,7 @@ use std::io;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{
     Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
@@ -41,9 +45,15 @@ use super::{
     Source, Watched, Writer, find_row, read_ahead,
 };
 use crate::json::JsonMap;
+use crate::model::activity::WriterPresence;
 use crate::model::header::SessionHeader;
 use crate::model::validate::check_envelope;
 use crate::model::{Cause, Refusal};
+
+/// Rows of an unfinished child removed per transaction.
+const HIDDEN_ROWS_PER_DELETE: i64 = 256;
+/// Deletes up to ?2 rows of session ?1, only while it has no session row.
+const DELETE_HIDDEN_ROWS: &str = "DELETE FROM events WHERE session_id = ?1 AND seq IN (SELECT seq FROM events WHERE session_id = ?1 ORDER BY seq LIMIT ?2) AND NOT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)";
 
 /// Rows read per read transaction while scanning.
 const SCAN_BATCH_ROWS: i64 = 4096;
@@ -56,6 +66,9 @@ pub struct SqliteStore {
     path: PathBuf,
     schema: Schema,
     reader: Mutex<Connection>,
+    /// Declared after `reader`, so dropped after it: its descriptors must
+    /// not close while the reader holds locks (see `liveness`).
+    probe: liveness::WriterProbe,
 }
 
 impl SqliteStore {
@@ -76,11 +89,14 @@ impl SqliteStore {
             .execute_batch("PRAGMA trusted_schema = OFF")
             .map_err(unreadable)?;
         let schema = check_identity(&reader, &path)?;
-        Ok(SqliteStore {
+        let store = SqliteStore {
+            probe: liveness::WriterProbe::new(&path),
             path,
             schema,
             reader: Mutex::new(reader),
-        })
+        };
+        store.remove_leftovers();
+        Ok(store)
     }
 
     /// Runs `query` inside one short read transaction on the shared connection.
@@ -178,6 +194,115 @@ impl SqliteStore {
             )));
         }
         Ok(transaction)
+    }
+
+    /// The child's rows in paced transactions, then its session row in one
+    /// more: nothing lists a session before its row exists.
+    fn write_hidden_child(
+        &self,
+        writer: &mut Connection,
+        pacer: &mut pace::Pacer,
+        id: &str,
+        session: &NewSession,
+        rows: &[EventRow],
+    ) -> io::Result<()> {
+        let failed = |e: rusqlite::Error| write_error(&self.path, e);
+        let taken = || {
+            io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "session {id:?} already exists in session database at \"{}\"",
+                    self.path.display()
+                ),
+            )
+        };
+        if session_exists(writer, id).map_err(failed)? {
+            return Err(taken());
+        }
+        // Rows a crashed write of this very child left (its marker is ours now).
+        self.remove_hidden_rows(writer, pacer, id)?;
+        // Invisible rows need no fsync of their own; see `pace`.
+        // No checkpoint of its own either: it would run inside our commits and
+        // stretch the gap; the mount asks for a PASSIVE one after a flush.
+        writer
+            .execute_batch("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;")
+            .map_err(failed)?;
+        let mut rest = rows;
+        while !rest.is_empty() {
+            pacer.gap();
+            while !rest.is_empty() && pacer.in_window() {
+                let transaction = self.write_transaction(writer)?;
+                let (started, budget) = (Instant::now(), pacer.row_budget());
+                let mut done = 0;
+                while done < rest.len() && (done == 0 || started.elapsed() < budget) {
+                    insert_events(&transaction, self.schema, id, &rest[done..done + 1])
+                        .map_err(failed)?;
+                    done += 1;
+                }
+                transaction.commit().map_err(failed)?;
+                rest = &rest[done..];
+            }
+        }
+        let wal: bool = writer
+            .query_row("PRAGMA journal_mode", [], |r| r.get::<_, String>(0))
+            .map_err(failed)?
+            .eq_ignore_ascii_case("wal");
+        if !wal {
+            // A rollback journal has no WAL to sync afterwards.
+            writer
+                .execute_batch("PRAGMA synchronous = FULL")
+                .map_err(failed)?;
+        }
+        pacer.gap();
+        let transaction = self.write_transaction(writer)?;
+        if session_exists(&transaction, id).map_err(failed)? {
+            return Err(taken());
+        }
+        session.insert(&transaction).map_err(failed)?;
+        transaction.commit().map_err(failed)?;
+        if wal {
+            // The fsync that makes the child durable, outside the lock: the
+            // WAL holds no lock of SQLite's, so this descriptor may close.
+            std::fs::File::open(self.wal_path())?.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Removes the rows of `id` while no session row has that id (rows of an
+    /// unfinished child), in paced transactions.
+    fn remove_hidden_rows(
+        &self,
+        writer: &mut Connection,
+        pacer: &mut pace::Pacer,
+        id: &str,
+    ) -> io::Result<()> {
+        let failed = |e: rusqlite::Error| write_error(&self.path, e);
+        loop {
+            pacer.gap();
+            let transaction = self.write_transaction(writer)?;
+            let removed = transaction
+                .execute(DELETE_HIDDEN_ROWS, params![id, HIDDEN_ROWS_PER_DELETE])
+                .map_err(failed)?;
+            transaction.commit().map_err(failed)?;
+            if removed == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Removes what crashed fork writes left: rows of children whose session
+    /// row was never written, named by markers no live process holds.
+    fn remove_leftovers(&self) {
+        for (marker, id) in pending::leftovers(&self.path) {
+            let removed = self.writer().and_then(|mut writer| {
+                let mut pacer = pace::Pacer::new(&self.probe);
+                self.remove_hidden_rows(&mut writer, &mut pacer, &id)
+            });
+            match removed.and_then(|()| marker.release()) {
+                Ok(()) => log::info!("removed what an unfinished fork of {id:?} left"),
+                Err(e) => log::warn!("cannot remove what an unfinished fork of {id:?} left: {e}"),
+            }
+        }
     }
 
     /// Reads the rows of session `id` from row seq `from` on, at most one batch,
@@ -467,6 +592,12 @@ impl Source for SqliteStore {
             .nth(loc.member as usize)
             .ok_or_else(missing)
     }
+
+    /// Every session shares the database: another connection may be the
+    /// Harness writing any of them.
+    fn writer_presence(&self, _key: &SessionKey) -> WriterPresence {
+        self.probe.writer()
+    }
 }
 
 impl Writer for SqliteStore {
@@ -518,24 +649,29 @@ impl Writer for SqliteStore {
         transaction.commit().map_err(failed)
     }
 
+    /// Written in short transactions between the other writer's commits, rows
+    /// first and the session row last, so the child is listed only once it is
+    /// whole (see `pace`). Returns once the session row is committed.
     fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> io::Result<SessionKey> {
         let (session, rows) = self.encode_session(header, events)?;
         let failed = |e: rusqlite::Error| write_error(&self.path, e);
         let mut writer = self.writer()?;
-        let transaction = self.write_transaction(&mut writer)?;
-        if session_exists(&transaction, &header.id).map_err(failed)? {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!(
-                    "session {:?} already exists in session database at \"{}\"",
-                    header.id,
-                    self.path.display()
-                ),
-            ));
+        // The rows precede their session row, which foreign keys would refuse.
+        writer
+            .execute_batch("PRAGMA foreign_keys = OFF")
+            .map_err(failed)?;
+        let marker = pending::Marker::claim(&self.path, &header.id)?;
+        let mut pacer = pace::Pacer::new(&self.probe);
+        let written = self.write_hidden_child(&mut writer, &mut pacer, &header.id, &session, &rows);
+        if let Err(error) = written {
+            // The marker stays when the rows cannot be removed either.
+            match self.remove_hidden_rows(&mut writer, &mut pacer, &header.id) {
+                Ok(()) => marker.release()?,
+                Err(e) => log::warn!("{e}; the rows are removed at the next mount"),
+            }
+            return Err(error);
         }
-        session.insert(&transaction).map_err(failed)?;
-        insert_events(&transaction, self.schema, &header.id, &rows).map_err(failed)?;
-        transaction.commit().map_err(failed)?;
+        marker.release()?;
         Ok(SessionKey::Row(header.id.clone()))
     }
 
@@ -578,6 +714,17 @@ impl Watched for SqliteStore {
         let file = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
         Some(name.to_string()) == file(&self.path)
             || Some(name.to_string()) == file(&self.wal_path())
+    }
+
+    /// A new session is a new `sessions` row, with a rowid above every other
+    /// (O(log n) to find); a removed one is seen at the next listing.
+    fn added_mark(&self) -> Option<i64> {
+        self.read(|tx| {
+            tx.query_row("SELECT coalesce(max(rowid), 0) FROM sessions", [], |row| {
+                row.get(0)
+            })
+        })
+        .ok()
     }
 }
 

@@ -547,3 +547,19 @@ fn an_initialised_database_is_a_store_that_takes_sessions() {
     let expected: Vec<Value> = events.into_iter().map(Value::Object).collect();
     assert_same_events(&scan_all(&db.open(), "first"), &expected, "first");
 }
+
+#[test]
+fn a_new_session_row_moves_the_added_mark() {
+    let db = TempDb::copy_of("sqlite17");
+    let store = db.open();
+    let before = store.added_mark().unwrap();
+    assert!(before > 0);
+    let writer = Connection::open(&db.path).unwrap();
+    writer
+        .execute(
+            "INSERT INTO sessions SELECT 'marked', version, created_at, cwd, NULL, NULL, origin, delegation_depth, agent_preset, 'inc-marked', 1 FROM sessions WHERE id = 'ledger-chat'",
+            [],
+        )
+        .unwrap();
+    assert!(store.added_mark().unwrap() > before);
+}

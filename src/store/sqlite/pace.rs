@@ -1,0 +1,117 @@
+//! Writing a fork child without getting in the Harness's way. The Harness
+//! opens its database with no busy timeout and plain deferred `BEGIN`s, so
+//! any write it tries while sessionfs holds the write lock fails at once, and
+//! so does one whose read started before a commit of ours. A child is
+//! therefore written in short transactions placed in the gaps between the
+//! other writer's commits: each gap starts once a commit of another
+//! connection is seen in the WAL-index header (`-shm`) and the header has
+//! then stayed still for `SETTLE` (and not later than `LATE` after that), or
+//! once nothing was committed for `QUIET`;
+//! sessionfs then writes for at most `WINDOW`, each transaction inserting rows
+//! for at most `ROW_BUDGET`; while another process is inside a transaction
+//! (it holds a WAL-index lock) no gap starts. With no other connection open
+//! (the probe says gone) the child is written without pauses.
+//!
+//! Those transactions commit without `fsync` (`synchronous = NORMAL`): their
+//! rows are invisible, so losing them loses nothing. After the last one, and
+//! outside the lock, the WAL is synced, which makes the whole child durable
+//! at once before `create` returns (a rollback-journal database commits the
+//! last one with `synchronous = FULL` instead).
+//!
+//! The rows go in before their session row, so neither the Harness nor a
+//! mount lists the child until one last small transaction adds that row; a
+//! marker file (see `pending`) names the child meanwhile, so rows left by a
+//! crash are removed at the next mount.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::liveness::WriterProbe;
+use crate::model::activity::WriterPresence;
+
+/// How long the WAL-index header must stay unchanged after another
+/// connection's commit: a flush may follow its batch at once.
+const SETTLE: Duration = Duration::from_millis(3);
+/// A gap not started this soon after the commit that opened it is skipped.
+const LATE: Duration = Duration::from_millis(2);
+/// With no commit of another connection seen for this long, its writer is
+/// taken to be idle.
+const QUIET: Duration = Duration::from_millis(50);
+/// How long sessionfs writes in one gap.
+const WINDOW: Duration = Duration::from_millis(4);
+/// How long one transaction inserts rows before it commits.
+const ROW_BUDGET: Duration = Duration::from_millis(1);
+/// How long sessionfs writes, in one transaction, with no other connection open.
+const ALONE_WINDOW: Duration = Duration::from_millis(50);
+/// How often the header is read while waiting for a gap.
+const POLL: Duration = Duration::from_micros(250);
+
+/// Finds gaps between another writer's commits.
+pub(super) struct Pacer<'a> {
+    probe: &'a WriterProbe,
+    /// When the current gap started.
+    window: Instant,
+    /// No other connection was open at the gap's start.
+    alone: bool,
+}
+
+impl<'a> Pacer<'a> {
+    pub(super) fn new(probe: &'a WriterProbe) -> Pacer<'a> {
+        Pacer {
+            probe,
+            window: Instant::now(),
+            alone: false,
+        }
+    }
+
+    /// Waits for the next gap (none when no other connection is open).
+    pub(super) fn gap(&mut self) {
+        self.alone = self.probe.writer() == WriterPresence::Gone;
+        if !self.alone {
+            self.wait_for_gap();
+        }
+        self.window = Instant::now();
+    }
+
+    fn wait_for_gap(&self) {
+        let mut waiting = Instant::now();
+        let mut seen = self.probe.wal_index_header();
+        let mut last_commit: Option<Instant> = None;
+        loop {
+            thread::sleep(POLL);
+            let now = Instant::now();
+            let header = self.probe.wal_index_header();
+            if header != seen {
+                (seen, last_commit) = (header, Some(now));
+                continue;
+            }
+            if self.probe.others_in_transaction() {
+                // Reading, or about to write: its commit is yet to come.
+                continue;
+            }
+            match last_commit {
+                Some(at) if now - at > SETTLE + LATE => {
+                    // Too late in this gap (a reader kept us waiting): the
+                    // next commit starts the next one.
+                    (last_commit, waiting) = (None, now);
+                }
+                Some(at) if now - at >= SETTLE => return,
+                None if now - waiting >= QUIET => return,
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether the current gap has room for another transaction. Alone, the
+    /// probe is asked again every `ALONE_WINDOW`, as the Harness may open the
+    /// database meanwhile.
+    pub(super) fn in_window(&self) -> bool {
+        let limit = if self.alone { ALONE_WINDOW } else { WINDOW };
+        self.window.elapsed() < limit
+    }
+
+    /// How long the next transaction may insert rows.
+    pub(super) fn row_budget(&self) -> Duration {
+        if self.alone { ALONE_WINDOW } else { ROW_BUDGET }
+    }
+}
