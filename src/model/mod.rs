@@ -1,8 +1,8 @@
 //! The pure session model: events, the surface, the request header, crash repair
 //! and fork rules. Nothing here touches files or FUSE.
 
-pub mod catalog;
 pub mod activity;
+pub mod catalog;
 pub mod chunk_rows;
 pub mod fold;
 pub mod fork;
