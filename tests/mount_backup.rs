@@ -8,8 +8,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
-use common::{Mount, TempDir, session_dir, store_copy};
+use common::{Mount, TempDir, bounded, session_dir, store_copy};
 
 /// One entry of a mounted tree, read without following symlinks.
 #[derive(Debug, PartialEq, Eq)]
@@ -73,8 +74,11 @@ fn rsync(args: &[&str]) -> String {
 }
 
 fn flush(session: &Path) -> String {
-    std::fs::write(session.join("flush"), b"\n").expect("flush");
-    std::fs::read_to_string(session.join("flush")).expect("cat flush")
+    let control = session.join("flush");
+    bounded(Duration::from_secs(60), "echo > flush", move || {
+        std::fs::write(&control, b"\n").expect("flush");
+        std::fs::read_to_string(&control).expect("cat flush")
+    })
 }
 
 /// Fork, flush through the parent, copy the store with `rsync -a`, mount the copy
@@ -276,7 +280,7 @@ fn a_reader_holds_the_checkpoint_back_without_blocking_the_flush() {
     let started = std::time::Instant::now();
     let status = flush(&parent);
     assert!(
-        started.elapsed() < std::time::Duration::from_secs(4),
+        started.elapsed() < Duration::from_secs(4),
         "the flush waited on the reader (the busy timeout is 5 s)"
     );
     assert!(

@@ -439,6 +439,24 @@ pub fn within(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> D
     start.elapsed()
 }
 
+/// Runs `f` (a system call on the mount that may block) on its own thread and
+/// fails the test if it takes longer than `limit`, so a hung request ends the
+/// test and the mount's guard unmounts (which unblocks the thread) instead of
+/// hanging the suite with the mount left behind.
+pub fn bounded<T: Send + 'static>(
+    limit: Duration,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(f());
+    });
+    receiver
+        .recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("{what} did not return within {limit:?}"))
+}
+
 /// Every fixture store of the current format, crashed ones included.
 pub const STORES: [&str; 8] = [
     "jsonl",

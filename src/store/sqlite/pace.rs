@@ -9,8 +9,11 @@
 //! once nothing was committed for `QUIET`;
 //! sessionfs then writes for at most `WINDOW`, each transaction inserting rows
 //! for at most `ROW_BUDGET`; while another process is inside a transaction
-//! (it holds a WAL-index lock) no gap starts. With no other connection open
-//! (the probe says gone) the child is written without pauses.
+//! (it holds a WAL-index lock) no gap starts, for at most `PATIENCE`: a
+//! connection that keeps a transaction open (a reader, `sqlite3` inside
+//! `BEGIN`, a backup) would otherwise hold the flush back for good. With no
+//! other connection open (the probe says gone) the child is written without
+//! pauses.
 //!
 //! Those transactions commit without `fsync` (`synchronous = NORMAL`): their
 //! rows are invisible, so losing them loses nothing. After the last one, and
@@ -43,6 +46,9 @@ const WINDOW: Duration = Duration::from_millis(4);
 const ROW_BUDGET: Duration = Duration::from_millis(1);
 /// How long sessionfs writes, in one transaction, with no other connection open.
 const ALONE_WINDOW: Duration = Duration::from_millis(50);
+/// The longest wait for a gap: past it, sessionfs writes anyway, as a
+/// transaction held open this long is no writer between commits.
+const PATIENCE: Duration = Duration::from_millis(200);
 /// How often the header is read while waiting for a gap.
 const POLL: Duration = Duration::from_micros(250);
 
@@ -74,12 +80,16 @@ impl<'a> Pacer<'a> {
     }
 
     fn wait_for_gap(&self) {
-        let mut waiting = Instant::now();
+        let started = Instant::now();
+        let mut waiting = started;
         let mut seen = self.probe.wal_index_header();
         let mut last_commit: Option<Instant> = None;
         loop {
             thread::sleep(POLL);
             let now = Instant::now();
+            if now - started >= PATIENCE {
+                return;
+            }
             let header = self.probe.wal_index_header();
             if header != seen {
                 (seen, last_commit) = (header, Some(now));
