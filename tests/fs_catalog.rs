@@ -2,9 +2,12 @@
 //! session's log file (size and last write, for `sessions.jsonl`), and the
 //! readable names and project directories of a real store's sessions.
 
+mod common;
+
 use std::collections::HashSet;
-use std::path::Path;
 use std::time::UNIX_EPOCH;
+
+use common::store_copy;
 
 use serde_json::Value;
 use sessionfs::catalog;
@@ -14,10 +17,8 @@ use sessionfs::store::{self, SessionKey};
 #[test]
 fn jsonl_listings_carry_each_log_files_size_and_last_write() {
     for kind in ["jsonl", "jsonl-zstd"] {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/stores")
-            .join(kind);
-        let store = store::open(&root).unwrap();
+        let copy = store_copy(kind);
+        let store = store::open(&copy.path).unwrap();
         let listings = store.list();
         assert!(!listings.is_empty(), "{kind}");
         for listing in &listings {
@@ -35,8 +36,8 @@ fn jsonl_listings_carry_each_log_files_size_and_last_write() {
 
 #[test]
 fn a_real_stores_sessions_get_distinct_readable_names() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stores/jsonl");
-    let listings = store::open(&root).unwrap().list();
+    let copy = store_copy("jsonl");
+    let listings = store::open(&copy.path).unwrap().list();
     let names: HashSet<String> = listings.iter().map(|l| readable_name(&l.id)).collect();
     assert_eq!(names.len(), listings.len());
     // The fixtures' odd id, escaped on disk, is shown as it is.
@@ -54,14 +55,10 @@ fn a_real_stores_sessions_get_distinct_readable_names() {
 
 #[test]
 fn sessions_jsonl_has_one_line_per_listing_with_its_header_fields() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stores");
     for kind in ["jsonl", "jsonl-zstd", "sqlite14"] {
-        let path = std::fs::read_dir(root.join(kind))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.extension().is_some_and(|e| e == "sqlite" || e == "db"))
-            .unwrap_or_else(|| root.join(kind));
-        let listings = store::open(&path).unwrap().list();
+        // A copy: opening a SQLite store makes its -shm and -wal files.
+        let copy = store_copy(kind);
+        let listings = store::open(&copy.path).unwrap().list();
         assert!(!listings.is_empty(), "{kind}");
         let names: Vec<String> = listings.iter().map(|l| readable_name(&l.id)).collect();
         let bytes = catalog::sessions_jsonl(names.iter().map(String::as_str).zip(&listings));
