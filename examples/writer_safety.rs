@@ -14,6 +14,9 @@
 #[path = "bench/mount.rs"]
 mod mount;
 
+#[path = "../tests/common/harness_writer.rs"]
+mod harness_writer;
+
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -22,55 +25,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, params};
-use serde_json::{Value, json};
-use sessionfs::json::JsonMap;
+use harness_writer::{BIG, BIG_EVENTS, HarnessWriter, WRITER_SESSION, big_log};
+use rusqlite::Connection;
 use sessionfs::model::header::SessionHeader;
 use sessionfs::model::ids::encode_segment;
 use sessionfs::store::Writer;
 use sessionfs::store::sqlite::{SqliteStore, initialise};
 
-const BIG: &str = "big-session";
-const BIG_EVENTS: u64 = 69_030;
 const COMMITS: u64 = 1_000;
-const TICK: Duration = Duration::from_millis(25);
-const FLUSH_EVERY: u64 = 8;
 /// The WAL write lock's byte in `-shm`.
 const WAL_WRITE_LOCK: i64 = 120;
-
-fn big_log() -> Vec<JsonMap> {
-    let mut events = Vec::new();
-    for turn in 1..=BIG_EVENTS / 6 {
-        let bodies = [
-            ("turn/start", json!({"turn": turn})),
-            ("step/start", json!({"turn": turn, "step": 1})),
-            (
-                "user/message",
-                json!({"content": [{"type": "text", "text": format!("question {turn}")}], "source": {"kind": "user"}, "role": "user", "id": format!("u-{turn}")}),
-            ),
-            (
-                "assistant/message",
-                json!({"turn": turn, "step": 1, "message": {"role": "assistant", "content": [{"type": "text", "text": format!("answer {turn}, at some length to fill a page now and then")}], "source": {"kind": "model", "provider": "acme", "model": "m1"}, "id": format!("a-{turn}")}}),
-            ),
-            ("step/end", json!({"turn": turn, "step": 1})),
-            (
-                "turn/end",
-                json!({"turn": turn, "reason": {"kind": "completed"}}),
-            ),
-        ];
-        for (kind, data) in bodies {
-            let seq = events.len();
-            let mut event = json!({"type": kind, "seq": seq, "time": 1_772_000_000_000i64 + seq as i64 * 7, "data": data});
-            if kind.ends_with("/message") {
-                event["surfaceOp"] = "append".into();
-            }
-            if let Value::Object(map) = event {
-                events.push(map);
-            }
-        }
-    }
-    events
-}
 
 /// A fresh schema-17 database holding the big session and the writer's own.
 fn store(dir: &Path) -> PathBuf {
@@ -87,74 +51,9 @@ fn store(dir: &Path) -> PathBuf {
     let header = SessionHeader::new(BIG, 1_772_000_000_000);
     store.create(&header, &big_log()).expect("big session");
     store
-        .create(&SessionHeader::new("harness-live", 1_772_000_000_000), &[])
+        .create(&SessionHeader::new(WRITER_SESSION, 1_772_000_000_000), &[])
         .expect("writer's session");
     db
-}
-
-/// One write transaction as the Harness runs it.
-fn commit(c: &Connection, seq: i64) -> rusqlite::Result<()> {
-    c.execute_batch("BEGIN")?;
-    let written = (|| {
-        let _: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        let _: i64 = c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
-        let _: Option<i64> = c.query_row(
-            "SELECT max(seq) FROM events WHERE session_id = 'harness-live'",
-            [],
-            |r| r.get(0),
-        )?;
-        c.execute(
-            "INSERT INTO events (session_id, seq, type, time, data) VALUES ('harness-live', ?1, 'session/title', ?2, '{\"title\":\"t\"}')",
-            params![seq, 1_772_000_000_000i64 + seq],
-        )?;
-        c.execute(
-            "UPDATE sessions SET revision = revision + 1 WHERE id = 'harness-live'",
-            [],
-        )?;
-        c.execute_batch("COMMIT")
-    })();
-    if written.is_err() {
-        let _ = c.execute_batch("ROLLBACK");
-    }
-    written
-}
-
-/// The writer's connection, configured like the Harness's.
-fn connect(db: &Path) -> Connection {
-    let c = Connection::open(db).expect("writer");
-    c.busy_timeout(Duration::ZERO).expect("timeout");
-    c.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
-        .expect("pragmas");
-    // SQLite opens the files at the first statement; the Harness has long
-    // made one by the time a user forks.
-    let _: i64 = c
-        .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))
-        .expect("first read");
-    c
-}
-
-/// `COMMITS` commits on the Harness's cadence; returns the failures.
-fn run_writer(c: Connection) -> Vec<String> {
-    let (mut made, mut seq, mut failures) = (0, 0i64, Vec::new());
-    let start = Instant::now();
-    let mut tick = 0u64;
-    while made < COMMITS {
-        let batches = if tick % FLUSH_EVERY == FLUSH_EVERY - 1 {
-            2
-        } else {
-            1
-        };
-        for _ in 0..batches {
-            made += 1;
-            match commit(&c, seq) {
-                Ok(()) => seq += 1,
-                Err(e) => failures.push(format!("commit {made}: {e}")),
-            }
-        }
-        tick += 1;
-        thread::sleep((start + TICK * tick as u32).saturating_duration_since(Instant::now()));
-    }
-    failures
 }
 
 /// Whether another process holds the WAL write lock now.
@@ -217,8 +116,8 @@ fn main() {
         move || run_lock_watch(&db, stop)
     });
     // Connected before the first fork, as the Harness is.
-    let connection = connect(&db);
-    let writer = thread::spawn(move || run_writer(connection));
+    let connection = HarnessWriter::connect(&db);
+    let writer = thread::spawn(move || connection.run(|attempted| attempted >= COMMITS));
     let started = Instant::now();
     let mut forks = 0;
     let mut flush_longest = Duration::ZERO;
@@ -233,7 +132,7 @@ fn main() {
         flush_longest = flush_longest.max(flushing.elapsed());
         forks += 1;
     }
-    let failures = writer.join().expect("writer");
+    let (_, failures) = writer.join().expect("writer");
     stop.store(true, Ordering::Relaxed);
     let (at_least, at_most) = watch.join().expect("lock watch");
     let took = started.elapsed();

@@ -7,11 +7,11 @@
 
 mod common;
 
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::harness::{append_jsonl, commit_batch, session_home};
 use common::{Mount, session_dir, sorted_names, store_copy, within};
 use serde_json::{Value, json};
 
@@ -19,31 +19,6 @@ use serde_json::{Value, json};
 const SESSION: &str = "ledger-chat";
 const LAST_SEQ: u64 = 321;
 const TIME: i64 = 1_790_000_000_000;
-
-/// The directory holding a JSONL session's log.
-fn session_home(store: &Path, id: &str) -> PathBuf {
-    for project in std::fs::read_dir(store).expect("root") {
-        let candidate = project.expect("entry").path().join(id);
-        if candidate.is_dir() {
-            return candidate;
-        }
-    }
-    panic!("no session {id} in {}", store.display());
-}
-
-fn append_jsonl(store: &Path, id: &str, events: &[Value]) {
-    let log = session_home(store, id).join("session.jsonl");
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .open(log)
-        .expect("open log");
-    for event in events {
-        let mut line = serde_json::to_vec(event).expect("json");
-        line.push(b'\n');
-        file.write_all(&line).expect("append");
-    }
-    file.sync_all().expect("fsync");
-}
 
 /// A connection like the Harness's: its own, in WAL mode, open for as long as
 /// it lives (its first read takes the locks it then holds while idle).
@@ -61,40 +36,7 @@ impl SqliteWriter {
 
     /// One committed batch, as the Harness's write-behind commits it.
     fn append(&mut self, id: &str, events: &[Value]) {
-        let tx = self
-            .0
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .expect("begin");
-        for event in events {
-            let sources = event.get("sourceEventSeqs").map(|s| {
-                let seqs: Vec<u64> = s
-                    .as_array()
-                    .expect("array")
-                    .iter()
-                    .map(|v| v.as_u64().expect("seq"))
-                    .collect();
-                sessionfs::store::sqlite::encode_source_seqs(&seqs)
-            });
-            tx.execute(
-                "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)",
-                rusqlite::params![
-                    id,
-                    event["seq"].as_i64(),
-                    event["type"].as_str(),
-                    event["time"].as_i64(),
-                    serde_json::to_string(&event["data"]).expect("data"),
-                    sources,
-                    event.get("surfaceOp").map(|op| serde_json::to_string(op).expect("op")),
-                ],
-            )
-            .expect("insert");
-        }
-        tx.execute(
-            "UPDATE sessions SET revision = revision + 1 WHERE id = ?1",
-            [id],
-        )
-        .expect("revision");
-        tx.commit().expect("commit");
+        commit_batch(&mut self.0, id, events);
     }
 }
 

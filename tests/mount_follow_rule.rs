@@ -7,12 +7,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::harness::{append_durably, commit_batch, log_batch};
 use common::{Mount, session_dir, store_copy, with_mapping, within};
 use serde_json::{Value, json};
 
@@ -62,69 +63,20 @@ fn log_path(store: &Path, kind: Kind) -> PathBuf {
     panic!("no log for {SESSION}");
 }
 
-/// The bytes a batch of events takes in a JSONL or zstd JSONL log.
-fn encoded(kind: Kind, events: &[Value]) -> Vec<u8> {
-    let mut plaintext = Vec::new();
-    for event in events {
-        plaintext.extend(serde_json::to_vec(event).expect("json"));
-        plaintext.push(b'\n');
-    }
-    match kind {
-        Kind::Zstd => sessionfs::store::zstd_frames::encode_frame(&plaintext).expect("frame"),
-        _ => plaintext,
-    }
-}
-
-fn append_bytes(path: &Path, bytes: &[u8]) {
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .expect("open log");
-    file.write_all(bytes).expect("append");
-    file.sync_all().expect("fsync");
-}
-
 /// Appends one durable batch as the Harness does: lines, one zstd frame, or
 /// one SQLite transaction.
 fn append(kind: Kind, store: &Path, events: &[Value]) {
-    if kind != Kind::Sqlite {
-        append_bytes(&log_path(store, kind), &encoded(kind, events));
-        return;
+    match kind {
+        Kind::Jsonl | Kind::Zstd => append_durably(
+            &log_path(store, kind),
+            &log_batch(events, kind == Kind::Zstd),
+        ),
+        Kind::Sqlite => commit_batch(
+            &mut rusqlite::Connection::open(store).expect("db"),
+            SESSION,
+            events,
+        ),
     }
-    let mut db = rusqlite::Connection::open(store).expect("db");
-    let tx = db
-        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-        .expect("tx");
-    for event in events {
-        let sources = event.get("sourceEventSeqs").map(|s| {
-            let seqs: Vec<u64> = s
-                .as_array()
-                .expect("array")
-                .iter()
-                .map(|v| v.as_u64().expect("seq"))
-                .collect();
-            sessionfs::store::sqlite::encode_source_seqs(&seqs)
-        });
-        tx.execute(
-            "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)",
-            rusqlite::params![
-                SESSION,
-                event["seq"].as_i64(),
-                event["type"].as_str(),
-                event["time"].as_i64(),
-                serde_json::to_string(&event["data"]).expect("data"),
-                sources,
-                event.get("surfaceOp").map(|op| serde_json::to_string(op).expect("op")),
-            ],
-        )
-        .expect("insert");
-    }
-    tx.execute(
-        "UPDATE sessions SET revision = revision + 1 WHERE id = ?1",
-        [SESSION],
-    )
-    .expect("revision");
-    tx.commit().expect("commit");
 }
 
 const T0: i64 = 1_790_000_000_000;
@@ -335,8 +287,8 @@ fn drive(kind: Kind, store: &Path, dir: &Path, mut check: impl FnMut(&str)) {
     } else {
         let log = log_path(store, kind);
         let length = std::fs::metadata(&log).expect("log").len();
-        let record = encoded(kind, &torn_record());
-        append_bytes(&log, &record[..record.len() / 2]);
+        let record = log_batch(&torn_record(), kind == Kind::Zstd);
+        append_durably(&log, &record[..record.len() / 2]);
         std::thread::sleep(Duration::from_millis(1500));
         check("a torn tail");
         std::fs::OpenOptions::new()
@@ -347,9 +299,9 @@ fn drive(kind: Kind, store: &Path, dir: &Path, mut check: impl FnMut(&str)) {
             .expect("cut the torn tail");
         std::thread::sleep(Duration::from_millis(1000));
         check("a torn tail cut");
-        append_bytes(&log, &record[..record.len() / 2]);
+        append_durably(&log, &record[..record.len() / 2]);
         std::thread::sleep(Duration::from_millis(500));
-        append_bytes(&log, &record[record.len() / 2..]);
+        append_durably(&log, &record[record.len() / 2..]);
     }
     within(Duration::from_secs(3), "the completed record", || {
         shows_seq(dir, LAST_SEQ + 12)

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::harness::{append_durably, commit_batch, log_batch};
 use common::{Mount, session_dir, store_copy, within};
 use serde_json::{Value, json};
 
@@ -24,66 +25,19 @@ enum Kind {
 /// Appends one durable batch as the Harness does.
 fn append(kind: Kind, store: &Path, id: &str, events: &[Value]) {
     match kind {
-        Kind::Jsonl | Kind::Zstd => {
-            let name = if matches!(kind, Kind::Jsonl) {
-                "session.jsonl"
-            } else {
-                "session.jsonl.zstd"
-            };
-            let path = artifact(store, id, name);
-            let mut plaintext = Vec::new();
-            for event in events {
-                plaintext.extend(serde_json::to_vec(event).expect("json"));
-                plaintext.push(b'\n');
-            }
-            let bytes = if matches!(kind, Kind::Zstd) {
-                sessionfs::store::zstd_frames::encode_frame(&plaintext).expect("frame")
-            } else {
-                plaintext
-            };
-            let mut file = std::fs::OpenOptions::new()
-                .append(true)
-                .open(path)
-                .expect("open");
-            file.write_all(&bytes).expect("append");
-            file.sync_all().expect("fsync");
-        }
-        Kind::Sqlite => {
-            let mut db = rusqlite::Connection::open(store).expect("db");
-            let tx = db
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .expect("tx");
-            for event in events {
-                let sources = event.get("sourceEventSeqs").map(|s| {
-                    let seqs: Vec<u64> = s
-                        .as_array()
-                        .expect("array")
-                        .iter()
-                        .map(|v| v.as_u64().expect("seq"))
-                        .collect();
-                    sessionfs::store::sqlite::encode_source_seqs(&seqs)
-                });
-                tx.execute(
-                    "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)",
-                    rusqlite::params![
-                        id,
-                        event["seq"].as_i64(),
-                        event["type"].as_str(),
-                        event["time"].as_i64(),
-                        serde_json::to_string(&event["data"]).expect("data"),
-                        sources,
-                        event.get("surfaceOp").map(|op| serde_json::to_string(op).expect("op")),
-                    ],
-                )
-                .expect("insert");
-            }
-            tx.execute(
-                "UPDATE sessions SET revision = revision + 1 WHERE id = ?1",
-                [id],
-            )
-            .expect("revision");
-            tx.commit().expect("commit");
-        }
+        Kind::Jsonl => append_durably(
+            &artifact(store, id, "session.jsonl"),
+            &log_batch(events, false),
+        ),
+        Kind::Zstd => append_durably(
+            &artifact(store, id, "session.jsonl.zstd"),
+            &log_batch(events, true),
+        ),
+        Kind::Sqlite => commit_batch(
+            &mut rusqlite::Connection::open(store).expect("db"),
+            id,
+            events,
+        ),
     }
 }
 

@@ -5,37 +5,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::harness::{append_jsonl, session_home};
 use common::{Mount, session_dir, store_copy, within};
 use serde_json::{Value, json};
-
-/// The directory of session `id` in a JSONL store.
-fn session_home(store: &Path, id: &str) -> PathBuf {
-    for project in std::fs::read_dir(store).expect("root") {
-        let candidate = project.expect("entry").path().join(id);
-        if candidate.is_dir() {
-            return candidate;
-        }
-    }
-    panic!("no session {id} in {}", store.display());
-}
-
-/// Appends one durable batch of events to a raw JSONL log.
-fn append_jsonl(log: &Path, events: &[Value]) {
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .open(log)
-        .expect("open log");
-    for event in events {
-        let mut line = serde_json::to_vec(event).expect("json");
-        line.push(b'\n');
-        file.write_all(&line).expect("append");
-    }
-    file.sync_all().expect("fsync");
-}
 
 /// A user turn after seq `last`, whose message text is `needle`.
 fn user_turn(last: u64, turn: u64, needle: &str) -> Vec<Value> {
@@ -86,10 +62,7 @@ fn an_open_descriptor_reads_on_into_appended_bytes() {
     let mut seen = Vec::new();
     transcript.read_to_end(&mut seen).expect("read to EOF");
     let needle = "read on into this 5d1e";
-    append_jsonl(
-        &session_home(&copy.path, "release-notes").join("session.jsonl"),
-        &user_turn(last, 90, needle),
-    );
+    append_jsonl(&copy.path, "release-notes", &user_turn(last, 90, needle));
     // The very next read, as `tail -f` or a reader at EOF makes it.
     transcript.read_to_end(&mut seen).expect("read on");
     assert!(
@@ -462,10 +435,7 @@ fn watches_follow_the_sessions_in_use() {
     let last = event_count(&dir) - 1;
     let transcript = dir.join("transcript.md");
     let needle = "watched, not polled 77c1";
-    append_jsonl(
-        &session_home(&copy.path, "gateway-resume").join("session.jsonl"),
-        &user_turn(last, 50, needle),
-    );
+    append_jsonl(&copy.path, "gateway-resume", &user_turn(last, 50, needle));
     within(Duration::from_secs(1), "the appended turn", || {
         std::fs::read_to_string(&transcript).is_ok_and(|t| t.contains(needle))
     });
@@ -499,10 +469,7 @@ fn the_polling_fallback_shows_changes_within_a_second() {
     let last = event_count(&dir) - 1;
     assert_eq!(inotify_watches(mount.pid()), 0, "-o poll watches nothing");
     let needle = "polled, not watched 3e0a";
-    append_jsonl(
-        &session_home(&copy.path, "release-notes").join("session.jsonl"),
-        &user_turn(last, 90, needle),
-    );
+    append_jsonl(&copy.path, "release-notes", &user_turn(last, 90, needle));
     within(
         Duration::from_secs(1),
         "the appended turn in events/",

@@ -7,6 +7,7 @@ mod common;
 
 use std::path::Path;
 
+use common::harness::append_lines;
 use common::{Mount, read_json, session_dir, store_copy};
 use serde_json::Value;
 use sessionfs::json::deep_equal;
@@ -111,20 +112,6 @@ fn list(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-fn append_lines(path: &Path, events: &[Value]) {
-    use std::io::Write;
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .expect("open log");
-    for event in events {
-        let mut line = serde_json::to_vec(event).unwrap();
-        line.push(b'\n');
-        file.write_all(&line).expect("append");
-    }
-    file.sync_all().expect("fsync");
 }
 
 fn within(what: &str, mut check: impl FnMut() -> bool) {

@@ -14,60 +14,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::harness_writer::{BIG, BIG_EVENTS, HarnessWriter, TICK, WRITER_SESSION, big_log};
 use common::{Mount, TempDir, read_json, session_dir};
-use rusqlite::{Connection, OpenFlags, params};
-use serde_json::{Value, json};
-use sessionfs::json::JsonMap;
+use rusqlite::{Connection, OpenFlags};
 use sessionfs::model::header::SessionHeader;
 use sessionfs::store::Writer;
 use sessionfs::store::sqlite::SqliteStore;
 
-const BIG: &str = "big-session";
-const BIG_EVENTS: u64 = 69_030;
 const FORKS: usize = 20;
-const TICK: Duration = Duration::from_millis(25);
-/// Every 8th tick (200 ms) the batch is followed by a flush-style commit.
-const FLUSH_EVERY: u64 = 8;
 
-/// A log of six-event turns, `BIG_EVENTS` events in all.
-fn big_log() -> Vec<JsonMap> {
-    let mut events = Vec::new();
-    let time = |seq: usize| 1_772_000_000_000i64 + seq as i64 * 7;
-    for turn in 1..=BIG_EVENTS / 6 {
-        let bodies = [
-            ("turn/start", json!({"turn": turn})),
-            ("step/start", json!({"turn": turn, "step": 1})),
-            (
-                "user/message",
-                json!({"content": [{"type": "text", "text": format!("question {turn}")}], "source": {"kind": "user"}, "role": "user", "id": format!("u-{turn}")}),
-            ),
-            (
-                "assistant/message",
-                json!({"turn": turn, "step": 1, "message": {"role": "assistant", "content": [{"type": "text", "text": format!("answer {turn}, at some length to fill a page now and then")}], "source": {"kind": "model", "provider": "acme", "model": "m1"}, "id": format!("a-{turn}")}}),
-            ),
-            ("step/end", json!({"turn": turn, "step": 1})),
-            (
-                "turn/end",
-                json!({"turn": turn, "reason": {"kind": "completed"}}),
-            ),
-        ];
-        for (kind, data) in bodies {
-            let seq = events.len();
-            let mut event = json!({"type": kind, "seq": seq, "time": time(seq), "data": data});
-            if kind.ends_with("/message") {
-                event["surfaceOp"] = "append".into();
-            }
-            let Value::Object(map) = event else {
-                unreachable!()
-            };
-            events.push(map);
-        }
-    }
-    assert_eq!(events.len() as u64, BIG_EVENTS);
-    events
-}
-
-/// A copy of the schema-17 fixture with the big session in it.
+/// A copy of the schema-17 fixture with the big session in it, and the
+/// writer's session beside it.
 fn big_store(dir: &Path) -> std::path::PathBuf {
     let db = dir.join("sessions.db");
     std::fs::copy(common::fixtures().join("stores/sqlite17/sessions.db"), &db).unwrap();
@@ -79,95 +36,14 @@ fn big_store(dir: &Path) -> std::path::PathBuf {
         .unwrap()
         .create(&header, &big_log())
         .unwrap();
+    Connection::open(&db)
+        .unwrap()
+        .execute(
+            "INSERT INTO sessions SELECT ?1, version, created_at, cwd, NULL, NULL, origin, delegation_depth, agent_preset, 'inc-live', 0 FROM sessions WHERE id = 'ledger-chat'",
+            [WRITER_SESSION],
+        )
+        .unwrap();
     db
-}
-
-/// A writer configured like the Harness's, appending to a session of its own.
-struct HarnessLike {
-    connection: Connection,
-    next_seq: i64,
-}
-
-impl HarnessLike {
-    fn open(db: &Path) -> HarnessLike {
-        let connection = Connection::open(db).unwrap();
-        connection.busy_timeout(Duration::ZERO).unwrap();
-        connection
-            .execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
-            .unwrap();
-        connection
-            .execute(
-                "INSERT INTO sessions SELECT 'harness-live', version, created_at, cwd, NULL, NULL, origin, delegation_depth, agent_preset, 'inc-live', 0 FROM sessions WHERE id = 'ledger-chat'",
-                [],
-            )
-            .unwrap();
-        HarnessLike {
-            connection,
-            next_seq: 0,
-        }
-    }
-
-    /// One write transaction as the Harness runs it: a deferred `BEGIN`, the
-    /// schema and tail read first, then the insert and the revision bump.
-    fn commit(&mut self) -> rusqlite::Result<()> {
-        let c = &self.connection;
-        c.execute_batch("BEGIN")?;
-        let written = (|| {
-            let _: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-            let _: i64 = c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
-            let _: Option<i64> = c.query_row(
-                "SELECT max(seq) FROM events WHERE session_id = 'harness-live'",
-                [],
-                |r| r.get(0),
-            )?;
-            c.execute(
-                "INSERT INTO events (session_id, seq, type, time, data) VALUES ('harness-live', ?1, 'session/title', ?2, '{\"title\":\"t\"}')",
-                params![self.next_seq, 1_772_000_000_000i64 + self.next_seq],
-            )?;
-            c.execute(
-                "UPDATE sessions SET revision = revision + 1 WHERE id = 'harness-live'",
-                [],
-            )?;
-            c.execute_batch("COMMIT")
-        })();
-        match written {
-            Ok(()) => {
-                self.next_seq += 1;
-                Ok(())
-            }
-            Err(e) => {
-                let _ = c.execute_batch("ROLLBACK");
-                Err(e)
-            }
-        }
-    }
-}
-
-/// Commits on a fixed 25 ms tick, plus a flush every 200 ms, until `stop`;
-/// returns the commits made and the failures with their messages.
-fn run_writer(mut writer: HarnessLike, stop: Arc<AtomicBool>) -> (u64, Vec<String>) {
-    let (mut commits, mut failures) = (0, Vec::new());
-    let start = Instant::now();
-    let mut tick = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        let batches = if tick % FLUSH_EVERY == FLUSH_EVERY - 1 {
-            2
-        } else {
-            1
-        };
-        for _ in 0..batches {
-            match writer.commit() {
-                Ok(()) => commits += 1,
-                Err(e) => {
-                    failures.push(format!("commit {commits} at {:?}: {e:?}", start.elapsed()))
-                }
-            }
-        }
-        tick += 1;
-        let next = start + TICK * tick as u32;
-        thread::sleep(next.saturating_duration_since(Instant::now()));
-    }
-    (commits, failures)
 }
 
 /// Every child the database lists, checked whole, until `stop`.
@@ -208,7 +84,7 @@ fn markers(dir: &Path) -> Vec<String> {
 fn forks_flushed_into_a_live_sqlite_store_never_fail_the_harness_writes() {
     let temp = TempDir::new("writer-safety");
     let db = big_store(temp.path());
-    let writer = HarnessLike::open(&db);
+    let writer = HarnessWriter::connect(&db);
     let mount = Mount::new(&db, &[]);
     let parent = session_dir(mount.path(), BIG);
     assert_eq!(
@@ -219,7 +95,7 @@ fn forks_flushed_into_a_live_sqlite_store_never_fail_the_harness_writes() {
     let stop = Arc::new(AtomicBool::new(false));
     let writing = thread::spawn({
         let stop = stop.clone();
-        move || run_writer(writer, stop)
+        move || writer.run(|_| stop.load(Ordering::Relaxed))
     });
     let listing = thread::spawn({
         let (stop, db) = (stop.clone(), db.clone());

@@ -10,6 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod harness;
+pub mod harness_writer;
 pub mod views;
 
 pub fn fixtures() -> PathBuf {

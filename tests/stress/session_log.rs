@@ -1,29 +1,18 @@
 //! The Harness's side of a zstd store: sessions grow by appended frames, one
 //! per durable batch, and a turn may be left open between two batches.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::common::harness::{append_durably, log_batch};
 use crate::common::{read_json, session_dir};
 
 /// Appends one durable batch to a zstd session log, as the Harness does.
 pub fn append_frame(store: &Path, id: &str, events: &[Value]) {
     let path = artifact(store, id);
-    let mut plaintext = Vec::new();
-    for event in events {
-        plaintext.extend(serde_json::to_vec(event).expect("json"));
-        plaintext.push(b'\n');
-    }
-    let frame = sessionfs::store::zstd_frames::encode_frame(&plaintext).expect("frame");
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .expect("open log");
-    file.write_all(&frame).expect("append");
-    file.sync_all().expect("fsync");
+    append_durably(&path, &log_batch(events, true));
 }
 
 fn artifact(store: &Path, id: &str) -> PathBuf {

@@ -1,0 +1,144 @@
+//! A SQLite writer configured like the Harness's, and the big session it
+//! shares a database with: used by tests/mount_writer_safety.rs and by
+//! examples/writer_safety.rs, so the test and the figure measure one writer.
+
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, params};
+use serde_json::{Value, json};
+use sessionfs::json::JsonMap;
+
+/// The big session's id and length (six-event turns).
+pub const BIG: &str = "big-session";
+pub const BIG_EVENTS: u64 = 69_030;
+/// The writer's own session, which must exist before it commits.
+pub const WRITER_SESSION: &str = "harness-live";
+/// The Harness's write-behind cadence: a batch every 25 ms, and every 8th
+/// tick (200 ms) a flush-style commit after it.
+pub const TICK: Duration = Duration::from_millis(25);
+pub const FLUSH_EVERY: u64 = 8;
+
+/// A log of six-event turns, `BIG_EVENTS` events in all.
+pub fn big_log() -> Vec<JsonMap> {
+    let mut events = Vec::new();
+    let time = |seq: usize| 1_772_000_000_000i64 + seq as i64 * 7;
+    for turn in 1..=BIG_EVENTS / 6 {
+        let bodies = [
+            ("turn/start", json!({"turn": turn})),
+            ("step/start", json!({"turn": turn, "step": 1})),
+            (
+                "user/message",
+                json!({"content": [{"type": "text", "text": format!("question {turn}")}], "source": {"kind": "user"}, "role": "user", "id": format!("u-{turn}")}),
+            ),
+            (
+                "assistant/message",
+                json!({"turn": turn, "step": 1, "message": {"role": "assistant", "content": [{"type": "text", "text": format!("answer {turn}, at some length to fill a page now and then")}], "source": {"kind": "model", "provider": "acme", "model": "m1"}, "id": format!("a-{turn}")}}),
+            ),
+            ("step/end", json!({"turn": turn, "step": 1})),
+            (
+                "turn/end",
+                json!({"turn": turn, "reason": {"kind": "completed"}}),
+            ),
+        ];
+        for (kind, data) in bodies {
+            let seq = events.len();
+            let mut event = json!({"type": kind, "seq": seq, "time": time(seq), "data": data});
+            if kind.ends_with("/message") {
+                event["surfaceOp"] = "append".into();
+            }
+            let Value::Object(map) = event else {
+                unreachable!("json! of an object")
+            };
+            events.push(map);
+        }
+    }
+    assert_eq!(events.len() as u64, BIG_EVENTS);
+    events
+}
+
+/// The Harness's connection: its own, busy timeout 0, foreign keys on,
+/// synchronous FULL, appending to `WRITER_SESSION`.
+pub struct HarnessWriter {
+    connection: Connection,
+    next_seq: i64,
+}
+
+impl HarnessWriter {
+    pub fn connect(db: &Path) -> HarnessWriter {
+        let connection = Connection::open(db).expect("writer connection");
+        connection.busy_timeout(Duration::ZERO).expect("timeout");
+        connection
+            .execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
+            .expect("pragmas");
+        // SQLite opens the files at the first statement; the Harness has long
+        // made one by the time a user forks.
+        let _: i64 = connection
+            .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))
+            .expect("first read");
+        HarnessWriter {
+            connection,
+            next_seq: 0,
+        }
+    }
+
+    /// One write transaction as the Harness runs it: a deferred `BEGIN`, the
+    /// schema and tail read first, then the insert and the revision bump.
+    pub fn commit(&mut self) -> rusqlite::Result<()> {
+        let c = &self.connection;
+        c.execute_batch("BEGIN")?;
+        let written = (|| {
+            let _: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+            let _: i64 = c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
+            let _: Option<i64> = c.query_row(
+                "SELECT max(seq) FROM events WHERE session_id = ?1",
+                [WRITER_SESSION],
+                |r| r.get(0),
+            )?;
+            c.execute(
+                "INSERT INTO events (session_id, seq, type, time, data) VALUES (?1, ?2, 'session/title', ?3, '{\"title\":\"t\"}')",
+                params![WRITER_SESSION, self.next_seq, 1_772_000_000_000i64 + self.next_seq],
+            )?;
+            c.execute(
+                "UPDATE sessions SET revision = revision + 1 WHERE id = ?1",
+                [WRITER_SESSION],
+            )?;
+            c.execute_batch("COMMIT")
+        })();
+        match written {
+            Ok(()) => {
+                self.next_seq += 1;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = c.execute_batch("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+
+    /// Commits on the Harness's cadence until `done(attempted)`; returns the
+    /// commits attempted and the failures with their messages.
+    pub fn run(mut self, done: impl Fn(u64) -> bool) -> (u64, Vec<String>) {
+        let (mut attempted, mut failures) = (0, Vec::new());
+        let start = Instant::now();
+        let mut tick = 0u64;
+        while !done(attempted) {
+            let batches = if tick % FLUSH_EVERY == FLUSH_EVERY - 1 {
+                2
+            } else {
+                1
+            };
+            for _ in 0..batches {
+                attempted += 1;
+                if let Err(e) = self.commit() {
+                    failures.push(format!("commit {attempted} at {:?}: {e}", start.elapsed()));
+                }
+            }
+            tick += 1;
+            thread::sleep((start + TICK * tick as u32).saturating_duration_since(Instant::now()));
+        }
+        (attempted, failures)
+    }
+}
