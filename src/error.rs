@@ -82,6 +82,35 @@ impl fmt::Display for Error {
     }
 }
 
+/// Requests the tree never serves, answered by the adapter without asking
+/// the filesystem model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unserved {
+    /// Create, remove, rename or link a name, or set an attribute: the tree
+    /// is generated from the store (EROFS; ENOSYS would read as a missing
+    /// feature).
+    NamespaceChange,
+    /// An ioctl: tools probe every file they open (isatty's TCGETS), and
+    /// ENOTTY is the answer that means "not a terminal".
+    Ioctl,
+    /// Extended attributes: there are none, and ENOSYS lets the kernel stop
+    /// asking for the rest of the mount.
+    Xattr,
+    /// A handler that panicked: the request failed, the mount goes on (EIO).
+    Panicked,
+}
+
+impl Unserved {
+    pub fn errno(self) -> i32 {
+        match self {
+            Unserved::NamespaceChange => libc::EROFS,
+            Unserved::Ioctl => libc::ENOTTY,
+            Unserved::Xattr => libc::ENOSYS,
+            Unserved::Panicked => libc::EIO,
+        }
+    }
+}
+
 /// The errno for a store that cannot be read now: a system call's own, else
 /// the nearest one to what the store said.
 fn unavailable_errno(cause: Cause) -> i32 {

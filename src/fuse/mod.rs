@@ -20,7 +20,7 @@ use fuser::{
     WriteFlags,
 };
 
-use crate::error::Error;
+use crate::error::{Error, Unserved};
 use crate::fs::setattr::AttrChange;
 use crate::fs::{Attr, Caching, DirEntry, Kind, SessionFs};
 
@@ -134,6 +134,10 @@ fn file_attr(attr: &Attr) -> FileAttr {
     }
 }
 
+fn unserved(request: Unserved) -> Errno {
+    Errno::from_i32(request.errno())
+}
+
 /// Runs a handler, turning a panic into an EIO error.
 fn guarded<T>(op: &str, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Errno> {
     match catch_unwind(AssertUnwindSafe(f)) {
@@ -151,8 +155,11 @@ fn guarded<T>(op: &str, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Errno
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned());
-            log::error!("{op} panicked: {}; answered EIO", what.unwrap_or_default());
-            Err(Errno::EIO)
+            log::error!(
+                "{op} panicked: {}; the request failed",
+                what.unwrap_or_default()
+            );
+            Err(unserved(Unserved::Panicked))
         }
     }
 }
@@ -501,7 +508,7 @@ impl Filesystem for FuseAdapter {
     }
 
     // The tree is generated from the store: nothing can be created, removed or
-    // renamed. EROFS says so; the default ENOSYS would read as a missing feature.
+    // renamed (error.rs chooses the answers).
     fn mknod(
         &self,
         _req: &Request,
@@ -512,7 +519,7 @@ impl Filesystem for FuseAdapter {
         _rdev: u32,
         reply: ReplyEntry,
     ) {
-        reply.error(Errno::EROFS);
+        reply.error(unserved(Unserved::NamespaceChange));
     }
 
     fn mkdir(
@@ -524,15 +531,15 @@ impl Filesystem for FuseAdapter {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        reply.error(Errno::EROFS);
+        reply.error(unserved(Unserved::NamespaceChange));
     }
 
     fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
+        reply.error(unserved(Unserved::NamespaceChange));
     }
 
     fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
+        reply.error(unserved(Unserved::NamespaceChange));
     }
 
     fn symlink(
@@ -543,7 +550,7 @@ impl Filesystem for FuseAdapter {
         _target: &std::path::Path,
         reply: ReplyEntry,
     ) {
-        reply.error(Errno::EROFS);
+        reply.error(unserved(Unserved::NamespaceChange));
     }
 
     fn rename(
@@ -556,7 +563,7 @@ impl Filesystem for FuseAdapter {
         _flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::EROFS);
+        reply.error(unserved(Unserved::NamespaceChange));
     }
 
     fn link(
@@ -567,7 +574,7 @@ impl Filesystem for FuseAdapter {
         _newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        reply.error(Errno::EROFS);
+        reply.error(unserved(Unserved::NamespaceChange));
     }
 
     fn create(
@@ -580,7 +587,7 @@ impl Filesystem for FuseAdapter {
         _flags: i32,
         reply: fuser::ReplyCreate,
     ) {
-        reply.error(Errno::EROFS);
+        reply.error(unserved(Unserved::NamespaceChange));
     }
 
     fn setxattr(
@@ -593,11 +600,11 @@ impl Filesystem for FuseAdapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::EROFS);
+        reply.error(unserved(Unserved::NamespaceChange));
     }
 
     fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
+        reply.error(unserved(Unserved::NamespaceChange));
     }
 
     fn ioctl(
@@ -611,8 +618,7 @@ impl Filesystem for FuseAdapter {
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
-        // Tools probe every file they open (isatty's TCGETS): no ioctls here.
-        reply.error(Errno::ENOTTY);
+        reply.error(unserved(Unserved::Ioctl));
     }
 
     fn getxattr(
@@ -623,11 +629,11 @@ impl Filesystem for FuseAdapter {
         _size: u32,
         reply: ReplyXattr,
     ) {
-        reply.error(Errno::ENOSYS);
+        reply.error(unserved(Unserved::Xattr));
     }
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::ENOSYS);
+        reply.error(unserved(Unserved::Xattr));
     }
 }
 
