@@ -106,80 +106,6 @@ fn a_store_that_cannot_be_read_now_is_no_damage_and_is_read_again() {
     );
 }
 
-/// A store whose writer first looks the session it is asked to write up
-/// through the filesystem: a fork child may be written the moment it is
-/// submitted (a root `flush` from another process), so it must be in the
-/// table by then, or its durable hook finds no slot to serve from the store.
-struct LookupOnWrite {
-    inner: Arc<MemoryStore>,
-    fs: Arc<std::sync::OnceLock<std::sync::Weak<SessionFs>>>,
-    /// The sessions the writer was asked to write before a lookup found them.
-    unseen: Arc<Mutex<Vec<String>>>,
-}
-
-impl Catalog for LookupOnWrite {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-
-    fn list(&self) -> Vec<Listing> {
-        self.inner.list()
-    }
-
-    fn find(&self, id: &str) -> Vec<Listing> {
-        self.inner.find(id)
-    }
-
-    fn contains(&self, id: &str) -> bool {
-        self.inner.contains(id)
-    }
-}
-
-impl Source for LookupOnWrite {
-    fn header(&self, key: &SessionKey) -> Result<SessionHeader, Refusal> {
-        self.inner.header(key)
-    }
-
-    fn revision(&self, key: &SessionKey) -> Result<Revision, Refusal> {
-        self.inner.revision(key)
-    }
-
-    fn scan(
-        &self,
-        key: &SessionKey,
-        from: &ScanPoint,
-        sink: &mut EventSink,
-    ) -> Result<(ScanPoint, ScanEnd), Refusal> {
-        self.inner.scan(key, from, sink)
-    }
-
-    fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal> {
-        self.inner.fetch(key, loc)
-    }
-}
-
-impl Writer for LookupOnWrite {
-    fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> std::io::Result<SessionKey> {
-        let fs = self.fs.get().and_then(std::sync::Weak::upgrade);
-        if fs.is_some_and(|fs| fs.lookup(ROOT, &header.id).is_err()) {
-            self.unseen.lock().unwrap().push(header.id.clone());
-        }
-        self.inner.create(header, events)
-    }
-
-    fn repair(
-        &self,
-        key: &SessionKey,
-        keep: &ScanPoint,
-        expected: &Revision,
-        tail: &[JsonMap],
-    ) -> std::io::Result<()> {
-        self.inner.repair(key, keep, expected, tail)
-    }
-}
-
-impl Watched for LookupOnWrite {}
-
 #[test]
 fn a_fork_child_is_in_the_table_before_it_is_submitted_for_writing() {
     let store = Arc::new(MemoryStore::default());
@@ -188,20 +114,35 @@ fn a_fork_child_is_in_the_table_before_it_is_submitted_for_writing() {
         SessionHeader::new("parent", 1_772_457_300_000),
         events.clone(),
     );
-    let fs_cell = Arc::new(std::sync::OnceLock::new());
-    let unseen = Arc::new(Mutex::new(Vec::new()));
+    let calls = Arc::new(Calls::default());
     let fs = SessionFs::new(
-        Box::new(LookupOnWrite {
+        Box::new(Counted {
             inner: store.clone(),
-            fs: fs_cell.clone(),
-            unseen: unseen.clone(),
+            calls: calls.clone(),
+            part: usize::MAX,
+            extra: Vec::new(),
         }),
         FsConfig {
             write_window: Duration::ZERO,
             ..config()
         },
     );
-    fs_cell.set(Arc::downgrade(&fs)).unwrap();
+    // The writer first looks the session it is asked to write up through the
+    // filesystem: a fork child may be written the moment it is submitted (a
+    // root `flush` from another process), so it must be in the table by
+    // then, or its durable hook finds no slot to serve from the store.
+    let unseen = Arc::new(Mutex::new(Vec::new()));
+    *calls.before_create.lock().unwrap() = Some(Box::new({
+        let (fs, unseen) = (Arc::downgrade(&fs), unseen.clone());
+        move |header: &SessionHeader| {
+            if fs
+                .upgrade()
+                .is_some_and(|fs| fs.lookup(ROOT, &header.id).is_err())
+            {
+                unseen.lock().unwrap().push(header.id.clone());
+            }
+        }
+    }));
     let parent = fs.lookup(ROOT, "parent").expect("parent").ino;
     let fork = fs.lookup(parent, "fork").expect("fork").ino;
     let boundary = first_of(&events, "turn/end");

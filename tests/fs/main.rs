@@ -48,7 +48,11 @@ struct Calls {
     /// When set, a scan stops after this many events until `release`.
     hold_after: Mutex<Option<usize>>,
     released: Condvar,
+    /// Called with each session the store is asked to write, before it is.
+    before_create: Mutex<Option<CreateHook>>,
 }
+
+type CreateHook = Box<dyn Fn(&SessionHeader) + Send + Sync>;
 
 impl Calls {
     fn hold(&self, after: usize) {
@@ -168,6 +172,9 @@ impl Source for Counted {
 
 impl Writer for Counted {
     fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> std::io::Result<SessionKey> {
+        if let Some(hook) = &*self.calls.before_create.lock().unwrap() {
+            hook(header);
+        }
         self.inner.create(header, events)
     }
 
