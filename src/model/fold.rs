@@ -5,11 +5,10 @@
 use serde_json::Value;
 
 use crate::json::JsonMap;
-use crate::model::activity::ActivityScan;
 use crate::model::fork::TurnBoundaries;
 use crate::model::header::{SessionHeader, canonical_request_header};
 use crate::model::legacy::{MessageIds, convert_event};
-use crate::model::repair::RepairScan;
+use crate::model::repair::TurnScan;
 use crate::model::surface::{SurfaceEffect, SurfaceFold};
 use crate::model::validate::{
     CHUNK_TYPE, check_envelope, check_message_shape, check_request_header, check_retired,
@@ -30,8 +29,7 @@ pub struct Folded {
 pub struct SessionFold {
     session_id: String,
     surface: SurfaceFold,
-    repair: RepairScan,
-    activity: ActivityScan,
+    turn_scan: TurnScan,
     turns: TurnBoundaries,
     request_header: Option<Value>,
     request_context: Option<Value>,
@@ -62,8 +60,7 @@ impl SessionFold {
         Ok(SessionFold {
             session_id: header.id.clone(),
             surface: SurfaceFold::default(),
-            repair: RepairScan::default(),
-            activity: ActivityScan::default(),
+            turn_scan: TurnScan::default(),
             turns: TurnBoundaries::default(),
             request_header: None,
             request_context: None,
@@ -101,8 +98,7 @@ impl SessionFold {
                 self.surface
                     .advance(*seq)
                     .map_err(|why| self.corrupt(why))?;
-                self.repair.observe_chunk(*seq, *time);
-                self.activity.observe_chunk(*time);
+                self.turn_scan.observe_chunk(*seq, *time);
                 self.turns.observe(CHUNK_TYPE);
                 self.last_time = Some(*time);
                 Ok(Folded {
@@ -168,8 +164,7 @@ impl SessionFold {
             _ => {}
         }
         let effect = self.surface.apply(event).map_err(|why| self.corrupt(why))?;
-        self.repair.observe(event);
-        self.activity.observe(event);
+        self.turn_scan.observe(event);
         self.turns.observe(event_type);
         self.last_time = crate::json::safe_integer(&event["time"]);
         self.message_ids.record(seq, event);
@@ -178,7 +173,7 @@ impl SessionFold {
 
     /// Approximate memory held beyond the fold's fixed size, for the cache budget.
     pub fn memory(&self) -> usize {
-        self.turns.len() + self.message_ids.memory() + self.activity.memory()
+        self.turns.len() + self.message_ids.memory() + self.turn_scan.memory()
     }
 
     /// Returns the spare room of a first scan's growing buffers.
@@ -194,13 +189,10 @@ impl SessionFold {
         &self.surface
     }
 
-    pub fn repair(&self) -> &RepairScan {
-        &self.repair
-    }
-
-    /// What the session is doing now, for `status`.
-    pub fn activity(&self) -> &ActivityScan {
-        &self.activity
+    /// The open turn: the closers a crash repair would append, and what the
+    /// session is doing now, for `status`.
+    pub fn turn_scan(&self) -> &TurnScan {
+        &self.turn_scan
     }
 
     pub fn turns(&self) -> &TurnBoundaries {

@@ -9,25 +9,35 @@ use crate::json::{JsonMap, non_negative_safe_integer, safe_integer};
 pub const TOOL_OUTCOME_UNKNOWN_TEXT: &str = "The tool call was interrupted after it was recorded, but no result was durably recorded. Its outcome is unknown. Decide whether to retry from the tool semantics: retry only if the operation is read-only or idempotent; if it may have side effects, first verify external state or ask the user. Do not retry blindly.";
 pub const TOOL_NOT_STARTED_TEXT: &str = "The tool call was interrupted before the Harness recorded it as started. Retry it if it is still needed.";
 
-#[derive(Clone, Debug)]
-struct PendingCall {
-    call_id: String,
+/// One tool call of the open step without a result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCall {
+    pub call_id: String,
+    /// The tool's name, as the model asked for it.
+    pub name: String,
+    /// When its `tool/call` was logged (it is running since), if it was.
+    pub started: Option<i64>,
+    /// The step that asked for it, and the seq of its `tool/call`.
     step: Value,
     call_seq: Option<u64>,
 }
 
-/// The scan state of `interruptedTurnClosers`.
+/// The scan state of `interruptedTurnClosers`, which also tells what the
+/// session is doing now (turns run, the open turn and step, the calls they
+/// wait on) for `status`: one scan, so the two never disagree.
 #[derive(Clone, Debug, Default)]
-pub struct RepairScan {
+pub struct TurnScan {
+    turns: u64,
+    /// The open turn's `data.turn`, when the log ends inside a turn.
     open_turn: Option<Value>,
     open_step: Option<Value>,
     /// Insertion-ordered, like a JS `Map`: re-inserting keeps the original place.
-    pending: Vec<PendingCall>,
+    pending: Vec<ToolCall>,
     /// The last event's seq and time.
     last: Option<(u64, i64)>,
 }
 
-impl RepairScan {
+impl TurnScan {
     pub fn observe(&mut self, event: &JsonMap) {
         let seq = event
             .get("seq")
@@ -38,6 +48,7 @@ impl RepairScan {
         let data = event.get("data").unwrap_or(&Value::Null);
         match event.get("type").and_then(Value::as_str).unwrap_or("") {
             "turn/start" => {
+                self.turns += 1;
                 self.open_turn = Some(data.get("turn").cloned().unwrap_or(Value::Null));
                 self.open_step = None;
                 self.pending.clear();
@@ -47,6 +58,7 @@ impl RepairScan {
                 self.open_step = None;
                 self.pending.clear();
             }
+            // Calls are dropped at a step's end, not its start.
             "step/start" => self.open_step = Some(data.get("step").cloned().unwrap_or(Value::Null)),
             "step/end" => {
                 self.pending.clear();
@@ -62,13 +74,18 @@ impl RepairScan {
                     let Some(id) = block.get("id").and_then(Value::as_str) else {
                         continue;
                     };
+                    let name = block.get("name").and_then(Value::as_str).unwrap_or("?");
                     match self.pending.iter_mut().find(|p| p.call_id == id) {
                         Some(existing) => {
+                            existing.name = name.to_string();
                             existing.step = step.clone();
                             existing.call_seq = None;
+                            existing.started = None;
                         }
-                        None => self.pending.push(PendingCall {
+                        None => self.pending.push(ToolCall {
                             call_id: id.to_string(),
+                            name: name.to_string(),
+                            started: None,
                             step: step.clone(),
                             call_seq: None,
                         }),
@@ -80,6 +97,7 @@ impl RepairScan {
                     && let Some(entry) = self.pending.iter_mut().find(|p| p.call_id == id)
                 {
                     entry.call_seq = Some(seq);
+                    entry.started = Some(time);
                 }
             }
             "tool/result" => {
@@ -97,6 +115,42 @@ impl RepairScan {
     /// Observes a streamed chunk, which only moves the last seq and time.
     pub fn observe_chunk(&mut self, seq: u64, time: i64) {
         self.last = Some((seq, time));
+    }
+
+    /// How many turns the log has started.
+    pub fn turns(&self) -> u64 {
+        self.turns
+    }
+
+    /// The open turn's number, when the log ends inside a turn.
+    pub fn open_turn(&self) -> Option<&Value> {
+        self.open_turn.as_ref()
+    }
+
+    /// The open step's number, when the log ends inside a step.
+    pub fn open_step(&self) -> Option<&Value> {
+        self.open_turn.as_ref().and(self.open_step.as_ref())
+    }
+
+    /// The open step's calls still without a result, in the order asked for.
+    pub fn open_calls(&self) -> &[ToolCall] {
+        match self.open_turn {
+            Some(_) => &self.pending,
+            None => &[],
+        }
+    }
+
+    /// The time of the last event, in Unix milliseconds.
+    pub fn last_time(&self) -> Option<i64> {
+        self.last.map(|(_, time)| time)
+    }
+
+    /// Approximate memory held beyond the scan's fixed size.
+    pub fn memory(&self) -> usize {
+        self.pending
+            .iter()
+            .map(|c| std::mem::size_of::<ToolCall>() + c.call_id.len() + c.name.len())
+            .sum()
     }
 
     /// True when the log ends inside a turn.
@@ -170,7 +224,7 @@ fn envelope(event_type: &str, seq: u64, time: i64, data: Value) -> JsonMap {
 
 /// The closers of a whole log (convenience for tests and the fork check).
 pub fn interrupted_turn_closers(events: &[JsonMap]) -> Vec<JsonMap> {
-    let mut scan = RepairScan::default();
+    let mut scan = TurnScan::default();
     events.iter().for_each(|e| scan.observe(e));
     scan.closers()
 }
@@ -178,6 +232,58 @@ pub fn interrupted_turn_closers(events: &[JsonMap]) -> Vec<JsonMap> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn scan(lines: &str) -> TurnScan {
+        let mut scan = TurnScan::default();
+        for line in lines.lines().filter(|l| !l.trim().is_empty()) {
+            scan.observe(&serde_json::from_str(line).unwrap());
+        }
+        scan
+    }
+
+    const TWO_CALLS: &str = r#"
+{"type":"turn/start","seq":0,"time":1000,"data":{"turn":1}}
+{"type":"turn/end","seq":1,"time":1001,"data":{"turn":1,"reason":{"kind":"completed"}}}
+{"type":"turn/start","seq":2,"time":2000,"data":{"turn":2}}
+{"type":"step/start","seq":3,"time":2001,"data":{"turn":2,"step":1}}
+{"type":"assistant/message","seq":4,"time":2500,"data":{"turn":2,"step":1,"message":{"role":"assistant","content":[{"type":"tool-call","id":"c-a","name":"bash","arguments":"{}"},{"type":"tool-call","id":"c-b","name":"read","arguments":"{}"}],"source":{"kind":"model","provider":"p","model":"m"},"id":"a-1"}},"sourceEventSeqs":[],"surfaceOp":"append"}
+{"type":"tool/call","seq":5,"time":2510,"data":{"turn":2,"step":1,"callId":"c-a","name":"bash","arguments":"{}"}}
+"#;
+
+    #[test]
+    fn an_open_step_lists_its_calls_started_or_not() {
+        let scan = scan(TWO_CALLS);
+        assert_eq!(scan.turns(), 2);
+        assert_eq!(scan.open_turn(), Some(&Value::from(2)));
+        assert_eq!(scan.open_step(), Some(&Value::from(1)));
+        let calls: Vec<_> = scan
+            .open_calls()
+            .iter()
+            .map(|c| (c.call_id.as_str(), c.name.as_str(), c.started))
+            .collect();
+        assert_eq!(calls, [("c-a", "bash", Some(2510)), ("c-b", "read", None)]);
+        assert_eq!(scan.last_time(), Some(2510));
+    }
+
+    #[test]
+    fn results_and_ends_close_calls_and_turns() {
+        let mut scan = scan(TWO_CALLS);
+        scan.observe(&serde_json::from_str(r#"{"type":"tool/result","seq":6,"time":2600,"data":{"turn":2,"step":1,"message":{"role":"user","source":{"kind":"tool","callId":"c-a"},"content":[{"type":"tool-result","toolCallId":"c-a","content":[]}],"id":"t"}},"sourceEventSeqs":[5],"surfaceOp":"append"}"#).unwrap());
+        assert_eq!(scan.open_calls().len(), 1);
+        assert_eq!(scan.open_calls()[0].call_id, "c-b");
+        scan.observe_chunk(7, 2700);
+        assert_eq!(scan.last_time(), Some(2700));
+        scan.observe(
+            &serde_json::from_str(
+                r#"{"type":"turn/end","seq":8,"time":2800,"data":{"turn":2,"reason":{"kind":"completed"}}}"#,
+            )
+            .unwrap(),
+        );
+        assert_eq!(scan.open_turn(), None);
+        assert_eq!(scan.open_step(), None);
+        assert!(scan.open_calls().is_empty());
+        assert_eq!(scan.turns(), 2);
+    }
 
     fn parse(lines: &str) -> Vec<JsonMap> {
         lines

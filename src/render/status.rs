@@ -1,5 +1,5 @@
 //! `status`: one line saying what a session is doing now, for
-//! `watch cat status`. Rendered at each read from the activity scan, what the
+//! `watch cat status`. Rendered at each read from the turn scan, what the
 //! store tells of its writer, and the clock.
 
 use std::time::Duration;
@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use super::format_time;
 use crate::model::Refusal;
-use crate::model::activity::{ActivityScan, RepairCause, WriterPresence};
+use crate::model::activity::{RepairCause, WriterPresence};
+use crate::model::repair::TurnScan;
 
 /// What a session's view shows, as far as `status` tells it.
 #[derive(Clone, Copy, Debug)]
@@ -16,7 +17,7 @@ pub enum Shown<'a> {
     /// The session is readable.
     Readable {
         /// What its log shows it doing.
-        activity: &'a ActivityScan,
+        activity: &'a TurnScan,
         /// Whether the store sees its writer connected.
         writer: WriterPresence,
         /// Set when an open turn is shown closed by crash repair.
@@ -89,7 +90,7 @@ pub fn status_line(shown: Shown, now: i64) -> Vec<u8> {
     line
 }
 
-fn last_event(activity: &ActivityScan) -> Option<String> {
+fn last_event(activity: &TurnScan) -> Option<String> {
     activity
         .last_time()
         .map(|time| format!("last event {}", format_time(time)))
@@ -124,8 +125,8 @@ fn duration(d: Duration) -> String {
 mod tests {
     use super::*;
 
-    fn scan(lines: &str) -> ActivityScan {
-        let mut scan = ActivityScan::default();
+    fn scan(lines: &str) -> TurnScan {
+        let mut scan = TurnScan::default();
         for line in lines.lines().filter(|l| !l.trim().is_empty()) {
             scan.observe(&serde_json::from_str(line).unwrap());
         }
@@ -139,7 +140,7 @@ mod tests {
     /// 2026-03-08T13:41:20.000Z
     const T: i64 = 1_772_977_280_000;
 
-    fn open_tool_call() -> ActivityScan {
+    fn open_tool_call() -> TurnScan {
         scan(&format!(
             r#"
 {{"type":"turn/start","seq":0,"time":{t0},"data":{{"turn":7}}}}
@@ -235,7 +236,7 @@ mod tests {
             text(shown(&one), T + 5),
             "ended · 1 turn · last event 2026-03-08T13:41:20.000Z\n"
         );
-        let none = ActivityScan::default();
+        let none = TurnScan::default();
         assert_eq!(text(shown(&none), T), "ended · 0 turns\n");
     }
 

@@ -239,7 +239,7 @@ impl Indexed {
     /// Computes the closers for the current quiet state; true when they changed.
     pub(super) fn settle(&mut self, quiet: bool) -> bool {
         let closers = if quiet {
-            self.fold.repair().closers()
+            self.fold.turn_scan().closers()
         } else {
             Vec::new()
         };
