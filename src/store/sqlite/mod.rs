@@ -660,8 +660,11 @@ impl Writer for SqliteStore {
         writer
             .execute_batch("PRAGMA foreign_keys = OFF")
             .map_err(failed)?;
-        let marker = pending::Marker::claim(&self.path, &header.id)?;
+        let (marker, crashed_before) = pending::Marker::claim(&self.path, &header.id)?;
         let mut pacer = pace::Pacer::new(&self.probe);
+        if crashed_before {
+            self.remove_hidden_rows(&mut writer, &mut pacer, &header.id)?;
+        }
         let written = self.write_hidden_child(&mut writer, &mut pacer, &header.id, &session, &rows);
         if let Err(error) = written {
             // The marker stays when the rows cannot be removed either.
