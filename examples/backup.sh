@@ -30,7 +30,7 @@ tar -C "$restored" -xf "$archive"
 trap 'umount "$check" 2>/dev/null || umount -l "$check"' EXIT
 
 # Same sessions, same files, same bytes (control files carry live status, not data).
-if diff -r --no-dereference -x flush -x fork "$mount_point" "$check"; then
+if diff -r --no-dereference -x flush -x fork -x status "$mount_point" "$check"; then
     echo "backup verified: $archive"
 else
     echo "backup differs from the live tree" >&2

@@ -20,7 +20,7 @@ Options:
   -d, --debug             log debug messages to stderr (implies -f)
   -r, --read-only         refuse writes to the control files (same as -o ro)
       --allow-other       let other users use the mount (same as -o allow_other)
-      --grace SECONDS     quiet time before an open turn is shown repaired (default 10)
+      --grace SECONDS     quiet time before an open turn is shown repaired (default 600)
       --log-file PATH     where a detached sessionfs writes its log (default: nowhere)
   -o OPT[,OPT...]         mount options:
                             ro, rw, allow_other, allow_root, default_permissions,
@@ -186,7 +186,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         allow_root: false,
         uid: None,
         gid: None,
-        grace: Duration::from_secs(10),
+        grace: Duration::from_secs(600),
         cache_bytes: 192 << 20,
         window: Duration::from_millis(200),
         attr_timeout: Duration::from_secs(1),

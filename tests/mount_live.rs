@@ -80,6 +80,15 @@ fn follow(kind: Kind, store_name: &str) {
     let mut seen = String::new();
     std::io::Read::read_to_string(&mut reader, &mut seen).expect("read");
 
+    // The Harness keeps its connection open while it runs: a SQLite session
+    // whose writer has closed the database would be shown repaired at once.
+    let _harness = matches!(kind, Kind::Sqlite).then(|| {
+        let connection = rusqlite::Connection::open(&copy.path).expect("writer connection");
+        let _: i64 = connection
+            .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))
+            .expect("first read");
+        connection
+    });
     let needle = format!("live needle {kind:?} 7f3a");
     let last = before as u64 - 1;
     append(

@@ -177,7 +177,7 @@ impl SessionFs {
     pub(super) fn present(&self, slot: &Slot, view: &SessionView, node: Node) -> bool {
         let readable = view.indexed().is_some();
         match node {
-            Node::Dir | Node::Children | Node::Flush => true,
+            Node::Dir | Node::Children | Node::Flush | Node::Status => true,
             Node::Header => view.header().is_some(),
             Node::Events | Node::Surface | Node::Transcript(_) | Node::Index | Node::Fork => {
                 readable

@@ -5,7 +5,7 @@
 //!
 //! `ino = (slot + 1) << 40 | (local ^ spread(slot))`, with 0 in the top bits
 //! for the mount root's own entries (1 = the root, 2 = the root `flush` file),
-//! and within a session `local` = 1 directory, 2..=12 its fixed files,
+//! and within a session `local` = 1 directory, 2..=13 its fixed files,
 //! `1 << 32 | seq` an event file, `2 << 32 | child slot` a symlink in
 //! `children/`, `3 << 32 | call` a call's directory in `steps/`,
 //! `4 << 32 | call << 1 | file` one of its files and `5 << 32 | lineage`
@@ -54,6 +54,8 @@ pub enum Node {
     Flush,
     /// `error`, shown only for a session that cannot be read.
     Error,
+    /// `status`: what the session is doing now.
+    Status,
     /// The `parent` link.
     Parent,
     /// `children/`.
@@ -81,7 +83,7 @@ pub enum Ino {
     Session(u32, Node),
 }
 
-const FIXED: [(Node, u64); 11] = [
+const FIXED: [(Node, u64); 12] = [
     (Node::Dir, 1),
     (Node::Header, 2),
     (Node::Events, 3),
@@ -93,6 +95,7 @@ const FIXED: [(Node, u64); 11] = [
     (Node::Parent, 10),
     (Node::Children, 11),
     (Node::Steps, 12),
+    (Node::Status, 13),
 ];
 
 /// Mixed into the low 32 bits of a session's inode numbers. The kernel finds

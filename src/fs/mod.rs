@@ -101,7 +101,7 @@ impl Default for FsConfig {
             uid: 0,
             gid: 0,
             read_only: false,
-            grace: Duration::from_secs(10),
+            grace: Duration::from_secs(600),
             cache_bytes: 192 << 20,
             write_window: Duration::from_millis(200),
             recheck: Duration::from_millis(250),
@@ -193,13 +193,14 @@ pub struct SessionFs {
     follow: follow::Follow,
 }
 
-const SESSION_FILES: [(&str, Node, Kind); 11] = [
+const SESSION_FILES: [(&str, Node, Kind); 12] = [
     ("header.json", Node::Header, Kind::File),
     ("events", Node::Events, Kind::Dir),
     ("surface.jsonl", Node::Surface, Kind::File),
     // Shown in its current lineage (`SessionFs::current`).
     ("transcript.md", Node::Transcript(0), Kind::File),
     ("index.jsonl", Node::Index, Kind::File),
+    ("status", Node::Status, Kind::File),
     ("fork", Node::Fork, Kind::File),
     ("flush", Node::Flush, Kind::File),
     ("children", Node::Children, Kind::Dir),
@@ -283,6 +284,7 @@ impl SessionFs {
             Node::Surface,
             Node::Transcript(transcript as u32),
             Node::Index,
+            Node::Status,
             Node::Steps,
         ]
         .into_iter()
@@ -700,7 +702,7 @@ pub fn mount_name(id: &str) -> Option<String> {
 
 /// Files whose content can be replaced, not only extended, while mounted (a
 /// new title, a compaction, closers giving way to logged events, a control
-/// file's status): their attributes are never cached by the kernel and reads
+/// file's status, `status`): their attributes are never cached by the kernel and reads
 /// bypass the page cache, so `fstat` and `read` on one descriptor always agree.
 pub fn is_rewritable(ino: u64) -> bool {
     matches!(
@@ -713,6 +715,7 @@ pub fn is_rewritable(ino: u64) -> bool {
                         | Node::Surface
                         | Node::Transcript(_)
                         | Node::Index
+                        | Node::Status
                         | Node::Fork
                         | Node::Flush
                         | Node::CallFile(..)
@@ -740,6 +743,7 @@ fn file_id(node: Node) -> Option<FileId> {
         Node::Transcript(_) => Some(FileId::Transcript),
         Node::Index => Some(FileId::Index),
         Node::Error => Some(FileId::Error),
+        Node::Status => Some(FileId::Status),
         Node::Event(seq) => Some(FileId::Event(seq)),
         Node::CallFile(call, file) => Some(FileId::Call(call, file)),
         _ => None,

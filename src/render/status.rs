@@ -76,7 +76,8 @@ pub fn status_line(shown: Shown, now: i64) -> Vec<u8> {
                         }
                         None => "not started".into(),
                     };
-                    parts.push(format!("tool {} ({}) {state}", call.name, call.call_id));
+                    let (name, id) = (one_line(&call.name), one_line(&call.call_id));
+                    parts.push(format!("tool {name} ({id}) {state}"));
                 }
                 parts.extend(last_event(activity));
                 if writer == WriterPresence::Connected {
@@ -94,6 +95,16 @@ fn last_event(activity: &TurnScan) -> Option<String> {
     activity
         .last_time()
         .map(|time| format!("last event {}", format_time(time)))
+}
+
+/// Text from the log, with control characters escaped: the line stays one line.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| match c.is_control() {
+            true => c.escape_default().to_string(),
+            false => c.to_string(),
+        })
+        .collect()
 }
 
 fn count(n: u64, noun: &str) -> String {

@@ -393,7 +393,8 @@ impl Indexed {
                 }
                 return Some(self.call_file(source, call as usize, file));
             }
-            FileId::Error => return None,
+            // Rendered by the view, which knows what the store says of the writer.
+            FileId::Error | FileId::Status => return None,
         };
         let bytes = match rendered {
             Ok(bytes) => bytes,

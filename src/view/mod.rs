@@ -22,8 +22,10 @@ use std::time::{Duration, SystemTime};
 use crate::bytes::Bytes;
 use crate::json::JsonMap;
 use crate::model::Refusal;
+use crate::model::activity::{RepairCause, WriterPresence, repair_cause};
 use crate::model::fold::SessionFold;
 use crate::model::header::SessionHeader;
+use crate::render::status::{Shown, status_line};
 use crate::render::{error_file, header_json};
 use crate::store::{Backend, Revision, ScanPoint, SessionKey};
 use index::EventMeta;
@@ -54,6 +56,8 @@ pub enum FileId {
     Index,
     /// `error`: only for a session that cannot be read.
     Error,
+    /// `status`: what the session is doing now, rendered at each read.
+    Status,
     /// A file of `events/`: stored events, then synthetic closers.
     Event(u64),
     /// A file of model call `n` (its index in call order) in `steps/`.
@@ -131,10 +135,15 @@ pub struct SessionView {
     pub id: String,
     source: SessionSource,
     revision: Option<Revision>,
-    /// When the stored bytes last changed, as far as we know: a session is only
-    /// repaired after it has been quiet for the grace period.
+    /// When the stored bytes last changed, as far as we know: an open turn is
+    /// shown repaired once the session has been quiet for the grace period
+    /// (or at once when the store knows no writer is left).
     changed_at: SystemTime,
     grace: Duration,
+    /// What the store told of a writer when the open turn was last judged.
+    writer: WriterPresence,
+    /// Why the open turn is shown closed by crash repair, when it is.
+    repaired: Option<RepairCause>,
     state: State,
 }
 
@@ -162,6 +171,8 @@ impl SessionView {
             revision: None,
             changed_at,
             grace,
+            writer: WriterPresence::Unknown,
+            repaired: None,
             state: State::Unreadable(Box::new(Unreadable {
                 header: None,
                 reason: Refusal::Corrupt("not read yet".into()),
@@ -186,6 +197,7 @@ impl SessionView {
             })),
             None => view.rebuild(progress),
         };
+        view.settle();
         view
     }
 
@@ -272,7 +284,6 @@ impl SessionView {
         match indexed.extend(source, progress) {
             Ok(()) => {
                 indexed.shrink();
-                indexed.settle(self.quiet());
                 State::Indexed(indexed)
             }
             Err(reason) => {
@@ -286,11 +297,27 @@ impl SessionView {
         }
     }
 
-    fn quiet(&self) -> bool {
-        SystemTime::now()
-            .duration_since(self.changed_at)
-            .unwrap_or_default()
-            >= self.grace
+    /// Judges the open turn, if any, and shows or drops its closers: shown at
+    /// once when the store knows its writer is gone, else once the session has
+    /// been quiet for the grace period (the writer may be in a long tool call
+    /// until then). True when the files changed.
+    fn settle(&mut self) -> bool {
+        let State::Indexed(indexed) = &mut self.state else {
+            (self.writer, self.repaired) = (WriterPresence::Unknown, None);
+            return false;
+        };
+        // The store is asked only while a turn is open.
+        (self.writer, self.repaired) = match indexed.fold.turn_scan().open_turn() {
+            Some(_) => {
+                let writer = self.source.backend.writer_presence(&self.source.key);
+                let quiet_for = SystemTime::now()
+                    .duration_since(self.changed_at)
+                    .unwrap_or_default();
+                (writer, repair_cause(writer, quiet_for, self.grace))
+            }
+            None => (WriterPresence::Unknown, None),
+        };
+        indexed.settle(self.repaired.is_some())
     }
 
     /// Follows the store: continues a grown log from where the last pass stopped,
@@ -340,11 +367,7 @@ impl SessionView {
                 }
             }
         }
-        let quiet = self.quiet();
-        match &mut self.state {
-            State::Indexed(indexed) => indexed.settle(quiet) || stored_changed,
-            State::Unreadable(_) => stored_changed,
-        }
+        self.settle() || stored_changed
     }
 
     /// What a durable repair would write, once the session is quiet: where the
@@ -355,7 +378,7 @@ impl SessionView {
         let State::Indexed(indexed) = &self.state else {
             return None;
         };
-        if !self.quiet() || (indexed.torn.is_none() && indexed.closers.is_empty()) {
+        if self.repaired.is_none() || (indexed.torn.is_none() && indexed.closers.is_empty()) {
             return None;
         }
         // Recovered events are written back as stored: the store is never converted.
@@ -427,6 +450,20 @@ impl SessionView {
     /// event file's, which the scan measured (`file_size`).
     pub fn file(&mut self, which: FileId) -> Option<Result<Content, Refusal>> {
         let bytes = match (&mut self.state, which) {
+            (state, FileId::Status) => {
+                let shown = match state {
+                    State::Indexed(indexed) => Shown::Readable {
+                        activity: indexed.fold.turn_scan(),
+                        writer: self.writer,
+                        repaired: self.repaired,
+                    },
+                    State::Unreadable(u) => Shown::Unreadable(&u.reason),
+                };
+                let now = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64);
+                status_line(shown, now)
+            }
             (State::Indexed(indexed), which) => return indexed.render(&self.source, which),
             (State::Unreadable(u), FileId::Header) => header_json(u.header.as_ref()?, None),
             (State::Unreadable(u), FileId::Error) => error_file(&u.reason, u.external),

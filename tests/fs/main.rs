@@ -10,6 +10,7 @@ mod common;
 
 mod files;
 mod forks;
+mod status;
 mod table;
 mod views;
 
