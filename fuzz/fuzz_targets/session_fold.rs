@@ -15,10 +15,10 @@
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use sessionfs::json::JsonMap;
+use sessionfs::model::Scanned;
 use sessionfs::model::chunk_rows::{JSONL_ROW_LIMITS, RowKind, expand_jsonl_row};
 use sessionfs::model::fold::SessionFold;
 use sessionfs::model::header::SessionHeader;
-use sessionfs::model::Scanned;
 use sessionfs::model::surface::SurfaceFold;
 use sessionfs::store::Catalog;
 use sessionfs::store::memory::MemoryStore;
@@ -99,7 +99,7 @@ fuzz_target!(|data: &[u8]| {
         }
         if accepted {
             assert_eq!(fold.surface().nodes(), surface.nodes());
-            let closers = fold.repair().closers();
+            let closers = fold.turn_scan().closers();
             let mut closed = true;
             for closer in &closers {
                 if let Err(refusal) = fold.observe(closer) {
@@ -110,10 +110,10 @@ fuzz_target!(|data: &[u8]| {
             }
             if closed {
                 assert!(
-                    fold.repair().closers().is_empty(),
+                    fold.turn_scan().closers().is_empty(),
                     "closing the log leaves it open"
                 );
-                assert!(!fold.repair().turn_is_open());
+                assert!(!fold.turn_scan().turn_is_open());
             }
         }
     }
@@ -122,6 +122,7 @@ fuzz_target!(|data: &[u8]| {
     store.insert(header, events);
     let listing = store.list().first().cloned();
     if let Some(listing) = listing {
-        check_view(&std::sync::Arc::new(store), &listing, false);
+        let store: std::sync::Arc<dyn sessionfs::store::Backend> = std::sync::Arc::new(store);
+        check_view(&store, &listing, false);
     }
 });

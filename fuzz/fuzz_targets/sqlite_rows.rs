@@ -197,6 +197,7 @@ fuzz_target!(|data: &[u8]| {
     let key = SessionKey::Row(id);
     check_scans(&store, &key);
     if let Some(listing) = store.list().into_iter().find(|l| l.key == key) {
-        check_view(&std::sync::Arc::new(store), &listing, true);
+        let store: std::sync::Arc<dyn sessionfs::store::Backend> = std::sync::Arc::new(store);
+        check_view(&store, &listing, true);
     }
 });
