@@ -702,8 +702,9 @@ pub fn mount_name(id: &str) -> Option<String> {
 
 /// Files whose content can be replaced, not only extended, while mounted (a
 /// new title, a compaction, closers giving way to logged events, a control
-/// file's status, `status`): their attributes are never cached by the kernel and reads
-/// bypass the page cache, so `fstat` and `read` on one descriptor always agree.
+/// file's status, `status`): their attributes are never cached by the kernel
+/// and reads bypass the page cache, so `fstat` and `read` on one descriptor
+/// always agree.
 pub fn is_rewritable(ino: u64) -> bool {
     matches!(
         Ino::decode(ino),

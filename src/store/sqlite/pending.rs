@@ -22,11 +22,17 @@ pub(super) struct Marker {
     _file: File,
 }
 
-fn prefix(db: &Path) -> String {
+/// The start of the names of the database's files of `kind` (`pending`, or
+/// `claiming` for a marker still being written).
+fn named(db: &Path, kind: &str) -> String {
     let name = db
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-    format!("{name}-sessionfs-pending-")
+    format!("{name}-sessionfs-{kind}-")
+}
+
+fn prefix(db: &Path) -> String {
+    named(db, "pending")
 }
 
 /// The part of a marker's name that names its child: the id in hex, or a
@@ -46,21 +52,9 @@ fn child_part(db: &Path, id: &str) -> String {
 /// A temporary name for a marker being written, unique in this process.
 fn claiming_path(db: &Path) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let name = db
-        .file_name()
-        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    db.with_file_name(format!(
-        "{name}-sessionfs-claiming-{}-{n}",
-        std::process::id()
-    ))
-}
-
-fn claiming_prefix(db: &Path) -> String {
-    let name = db
-        .file_name()
-        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-    format!("{name}-sessionfs-claiming-")
+    let claiming = named(db, "claiming");
+    db.with_file_name(format!("{claiming}{}-{n}", std::process::id()))
 }
 
 /// Takes the `flock` on `file` without waiting; false when another holds it.
@@ -145,7 +139,7 @@ pub(super) fn leftovers(db: &Path) -> Vec<(Marker, String)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let claiming = claiming_prefix(db);
+    let claiming = named(db, "claiming");
     let mut found = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
