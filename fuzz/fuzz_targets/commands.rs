@@ -10,7 +10,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sessionfs::fs::control::parse_flush_command;
+use sessionfs::fs::control::{Command, ControlFile};
 use sessionfs::json::MAX_SAFE_INTEGER;
 use sessionfs::model::fork::parse_fork_command;
 use sessionfs::model::ids::{decode_segment, encode_segment, project_dir};
@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
         };
         assert_eq!(parse_fork_command(canonical.as_bytes()), Ok((seq, name)));
     }
-    if parse_flush_command(data).is_ok() {
+    if Command::parse(ControlFile::Flush, data).is_ok() {
         assert!(
             matches!(data, b"" | b"\n" | b"flush" | b"flush\n")
                 || data.iter().all(|b| *b == b'\n')

@@ -6,8 +6,9 @@
 use std::time::{Duration, SystemTime};
 
 use super::inode::{Ino, Node};
+use super::names::mount_name;
 use super::table::Slot;
-use super::{Attr, Kind, SessionFs, mount_name};
+use super::{Attr, Kind, SessionFs};
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use crate::view::SessionView;

@@ -1,17 +1,15 @@
 //! The control files, in the manner of Plan 9 `ctl` files: one write is one
 //! command, acted on before the write returns, so the write's status is the
-//! command's status; reading shows what happened.
+//! command's status; reading shows what happened. This module holds the one
+//! command grammar and what each session's `fork` file remembers; the
+//! façade carries the commands out (`write.rs`).
 
-use std::time::SystemTime;
+use std::collections::HashMap;
+use std::sync::Mutex;
 
-use super::inode::{Ino, Node};
-use super::table::{Listed, Slot};
-use super::writeback::FlushScope;
-use super::{Attr, NAME_MAX, SessionFs, mount_name};
 use crate::error::Error;
-use crate::model::ids::encode_segment;
+use crate::model::fork::parse_fork_command;
 use crate::render::format_time;
-use crate::store::{Catalog, Listing, SessionKey};
 use crate::sync::lock;
 
 /// A fork this mount made.
@@ -25,7 +23,7 @@ pub struct ForkRecord {
 
 /// What `cat fork` shows: the forks made from this session and the last error.
 #[derive(Clone, Debug, Default)]
-pub struct ForkLog {
+struct ForkLog {
     forks: Vec<ForkRecord>,
     last_error: Option<(i64, String)>,
 }
@@ -38,18 +36,8 @@ fn now_ms() -> i64 {
 }
 
 impl ForkLog {
-    /// Records a fork made.
-    pub fn record_success(&mut self, record: ForkRecord) {
-        self.forks.push(record);
-    }
-
-    /// Records why a fork was refused, with the time.
-    pub fn record_error(&mut self, message: String) {
-        self.last_error = Some((now_ms(), message));
-    }
-
     /// The text of `cat fork` for `session`.
-    pub fn status(&self, session: &str) -> String {
+    fn status(&self, session: &str) -> String {
         let mut out = format!("# write SEQ or \"SEQ NAME\" here to fork {session:?} through SEQ\n");
         for fork in &self.forks {
             out.push_str(&format!(
@@ -67,183 +55,78 @@ impl ForkLog {
     }
 }
 
-/// A write to `flush` carries no arguments: an empty line (`echo > flush`) or the
-/// word `flush`.
-pub fn parse_flush_command(data: &[u8]) -> Result<(), String> {
-    let text =
-        std::str::from_utf8(data).map_err(|_| "the flush command is not text".to_string())?;
-    match text.trim_end_matches('\n') {
-        "" | "flush" => Ok(()),
-        other => Err(format!(
-            "unknown flush command {other:?}: write an empty line (echo > flush)"
-        )),
+/// The fork logs of the sessions forked while mounted, by slot number: a leaf
+/// lock, never held while taking another.
+#[derive(Default)]
+pub(super) struct Controls {
+    logs: Mutex<HashMap<u32, ForkLog>>,
+}
+
+impl Controls {
+    /// The text of `cat fork` for the session in slot `number`.
+    pub fn fork_status(&self, number: u32, session: &str) -> String {
+        lock(&self.logs).get(&number).map_or_else(
+            || ForkLog::default().status(session),
+            |log| log.status(session),
+        )
+    }
+
+    /// Records what a write to a session's `fork` file did.
+    pub fn record(&self, number: u32, outcome: &Result<ForkRecord, Error>) {
+        let mut logs = lock(&self.logs);
+        let log = logs.entry(number).or_default();
+        match outcome {
+            Ok(record) => log.forks.push(record.clone()),
+            Err(e) => log.last_error = Some((now_ms(), e.to_string())),
+        }
     }
 }
 
-impl SessionFs {
-    /// What reading a control file shows now; its `stat` size is this length.
-    pub(super) fn control_status(&self, ino: Ino) -> crate::error::Result<String> {
-        match ino {
-            Ino::RootFlush => Ok(self.writeback.status(FlushScope::Everything)),
-            Ino::Session(number, Node::Flush) => {
-                let slot = self.slot(number)?;
-                Ok(self.writeback.status(FlushScope::Lineage {
-                    session: &slot.id,
-                    parent_of: &|id| self.parent_of(id),
-                }))
+/// Which control file a command was written to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ControlFile {
+    /// A session's `fork` file.
+    Fork,
+    /// The root's or a session's `flush` file.
+    Flush,
+}
+
+/// One command, as written to a control file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Fork the session through seq `through`, naming the child `name` or a
+    /// fresh id.
+    Fork {
+        /// The last seq of the parent the child holds.
+        through: u64,
+        /// The child's id, when the writer chose one.
+        name: Option<String>,
+    },
+    /// Make everything pending durable.
+    Flush,
+}
+
+impl Command {
+    /// Parses what one write to `file` says: `SEQ` or `SEQ NAME` for `fork`;
+    /// an empty line (`echo > flush`) or the word `flush` for `flush`. The
+    /// error is the sentence the writer is shown.
+    pub fn parse(file: ControlFile, data: &[u8]) -> Result<Command, String> {
+        match file {
+            ControlFile::Fork => {
+                let (through, name) = parse_fork_command(data)?;
+                Ok(Command::Fork { through, name })
             }
-            Ino::Session(number, Node::Fork) => {
-                let slot = self.slot(number)?;
-                Ok(lock(&slot.control).status(&slot.id))
-            }
-            _ => Err(Error::Invalid("not a control file".into())),
-        }
-    }
-
-    /// A write to a control file.
-    pub fn write(&self, ino: u64, data: &[u8]) -> crate::error::Result<usize> {
-        if self.config.read_only {
-            return Err(Error::ReadOnly("the mount is read-only (-o ro)".into()));
-        }
-        match Ino::decode(ino) {
-            Some(Ino::RootFlush) => self.flush_command(None, data),
-            Some(Ino::Session(number, Node::Flush)) => {
-                let slot = self.slot(number)?;
-                self.flush_command(Some(&slot.id), data)
-            }
-            Some(Ino::Session(number, Node::Fork)) => self.fork_command(number, data),
-            _ => Err(Error::ReadOnly(
-                "only the fork and flush control files can be written".into(),
-            )),
-        }
-    }
-
-    /// `setattr` with a size: the `O_TRUNC` of `echo N > fork` is a no-op on
-    /// control files; generated files cannot be changed.
-    pub fn truncate(&self, ino: u64) -> crate::error::Result<Attr> {
-        match Ino::decode(ino) {
-            Some(Ino::RootFlush | Ino::Session(_, Node::Fork | Node::Flush))
-                if !self.config.read_only =>
-            {
-                self.getattr(ino)
-            }
-            _ => Err(Error::ReadOnly("generated files are read-only".into())),
-        }
-    }
-
-    fn flush_command(&self, session: Option<&str>, data: &[u8]) -> crate::error::Result<usize> {
-        parse_flush_command(data).map_err(Error::Invalid)?;
-        let parent_of = |id: &str| self.parent_of(id);
-        let scope = match session {
-            Some(session) => FlushScope::Lineage {
-                session,
-                parent_of: &parent_of,
-            },
-            None => FlushScope::Everything,
-        };
-        self.writeback.flush(scope)?;
-        Ok(data.len())
-    }
-
-    /// The parent a listed session's header names, for a flush's lineage.
-    fn parent_of(&self, id: &str) -> Option<String> {
-        let slot = self.slot(self.slot_by_id(id)?).ok()?;
-        let parent = lock(&slot.listed).parent.clone();
-        parent.map(String::from)
-    }
-
-    fn fork_command(&self, number: u32, data: &[u8]) -> crate::error::Result<usize> {
-        let slot = self.slot(number)?;
-        // The reason names the session: the adapter logs it, and `cat fork` shows it.
-        let result = self.fork(&slot, data).map_err(|e| match e {
-            Error::Invalid(m) => Error::Invalid(format!("fork of {:?} refused: {m}", slot.id)),
-            Error::Exists(m) => Error::Exists(format!("fork of {:?} refused: {m}", slot.id)),
-            Error::NameTooLong(m) => {
-                Error::NameTooLong(format!("fork of {:?} refused: {m}", slot.id))
-            }
-            other => other,
-        });
-        let mut log = lock(&slot.control);
-        match &result {
-            Ok(child) => log.record_success(child.clone()),
-            Err(e) => log.record_error(e.to_string()),
-        }
-        result.map(|_| data.len())
-    }
-
-    fn fork(&self, slot: &Slot, data: &[u8]) -> crate::error::Result<ForkRecord> {
-        let (boundary, name) =
-            crate::model::fork::parse_fork_command(data).map_err(Error::Invalid)?;
-        let (parent_header, seed) = self.with_view(slot, |view| {
-            // A session that cannot be read answers why, with that reason's
-            // errno: the store's own when it cannot be read just now.
-            let Some(indexed) = view.indexed() else {
-                return Err(Error::from(view.refusal().cloned().unwrap_or_else(|| {
-                    crate::model::Refusal::Corrupt("the session cannot be read".into())
-                })));
-            };
-            // The boundary is checked against the stored events, never the repaired view.
-            indexed
-                .fold()
-                .turns()
-                .check(boundary)
-                .map_err(|refusal| Error::Invalid(refusal.to_string()))?;
-            let seed = (0..=boundary)
-                .map(|seq| view.event(seq))
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            Ok::<_, Error>((indexed.header().clone(), seed))
-        })??;
-        let child_id = match name {
-            Some(name) => {
-                if self.store.contains(&name)
-                    || self.memory.contains(&name)
-                    || self.slot_by_id(&name).is_some()
-                {
-                    return Err(Error::Exists(format!(
-                        "a session named {name:?} already exists in the store"
-                    )));
+            ControlFile::Flush => {
+                let text = std::str::from_utf8(data)
+                    .map_err(|_| "the flush command is not text".to_string())?;
+                match text.trim_end_matches('\n') {
+                    "" | "flush" => Ok(Command::Flush),
+                    other => Err(format!(
+                        "unknown flush command {other:?}: write an empty line (echo > flush)"
+                    )),
                 }
-                name
             }
-            None => loop {
-                let uuid = crate::random::uuid_v4()
-                    .map_err(|e| Error::io("cannot make a child id", &e))?;
-                let id = format!("session-{uuid}");
-                if !self.store.contains(&id) && self.slot_by_id(&id).is_none() {
-                    break id;
-                }
-            },
-        };
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis() as i64;
-        let header = crate::model::fork::child_header(&parent_header, &child_id, boundary, now);
-        let events = crate::model::fork::child_events(seed, now);
-        let name = mount_name(&child_id)
-            .ok_or_else(|| Error::Invalid("the child name is empty".into()))?;
-        // The store keeps one directory per session, named by the encoded id.
-        if encode_segment(&child_id).is_some_and(|segment| segment.len() > NAME_MAX) {
-            return Err(Error::NameTooLong(format!(
-                "the child name {child_id:?} encodes to more than {NAME_MAX} bytes"
-            )));
         }
-        let listing = Listing::of(header.clone(), SessionKey::Row(child_id.clone()));
-        // Served from memory, then in the table, then submitted: it may be
-        // written at once (a root flush), and making it durable moves its
-        // slot to the store, so the slot must be there by then.
-        self.memory.insert(header.clone(), events.clone());
-        let listed = Listed::of(listing, self.memory.clone(), true);
-        self.table_mut().add(name, &child_id, listed, None);
-        self.writeback.submit(header, events);
-        log::info!(
-            "forked session {:?} through seq {boundary} into {child_id:?}",
-            slot.id
-        );
-        Ok(ForkRecord {
-            boundary,
-            child: child_id,
-        })
     }
 }
 
@@ -253,9 +136,37 @@ mod tests {
 
     #[test]
     fn flush_commands() {
-        assert!(parse_flush_command(b"\n").is_ok());
-        assert!(parse_flush_command(b"").is_ok());
-        assert!(parse_flush_command(b"flush\n").is_ok());
-        assert!(parse_flush_command(b"now please\n").is_err());
+        for ok in [&b"\n"[..], b"", b"flush\n"] {
+            assert_eq!(Command::parse(ControlFile::Flush, ok), Ok(Command::Flush));
+        }
+        assert!(Command::parse(ControlFile::Flush, b"now please\n").is_err());
+    }
+
+    #[test]
+    fn fork_commands() {
+        assert_eq!(
+            Command::parse(ControlFile::Fork, b"41 child\n"),
+            Ok(Command::Fork {
+                through: 41,
+                name: Some("child".into())
+            })
+        );
+        assert!(Command::parse(ControlFile::Fork, b"flush").is_err());
+    }
+
+    #[test]
+    fn fork_log_shows_forks_and_the_last_error() {
+        let controls = Controls::default();
+        assert!(controls.fork_status(3, "s").ends_with("last-error: none\n"));
+        let record = ForkRecord {
+            boundary: 4,
+            child: "c".into(),
+        };
+        controls.record(3, &Ok(record));
+        controls.record(3, &Err(Error::Invalid("no".into())));
+        let status = controls.fork_status(3, "s");
+        assert!(status.contains("fork: through seq 4 -> c\n"), "{status}");
+        assert!(status.contains(" no\n"), "{status}");
+        assert!(controls.fork_status(4, "t").ends_with("last-error: none\n"));
     }
 }

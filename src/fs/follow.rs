@@ -17,8 +17,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::SessionFs;
+use super::names::mount_name;
 use super::table::Slot;
-use super::{SessionFs, mount_name};
 use crate::model::ids::decode_segment;
 use crate::store::Backend;
 use crate::store::watch::Watcher;

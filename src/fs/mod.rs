@@ -38,6 +38,7 @@ mod cache;
 pub mod control;
 pub mod follow;
 mod handles;
+mod names;
 pub use handles::Caching;
 pub mod inode;
 pub mod paged;
@@ -45,14 +46,16 @@ pub mod setattr;
 mod steps;
 mod streaming;
 mod table;
+mod write;
 pub mod writeback;
+
+pub use names::mount_name;
 
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::bytes::{Bytes, Slice};
 use crate::error::{Error, Result};
-use crate::model::ids::encode_segment;
 use crate::store::memory::MemoryStore;
 use crate::store::{Backend, Listing, SessionKey};
 use crate::sync::lock;
@@ -191,6 +194,7 @@ pub struct SessionFs {
     /// Held while the store is listed.
     relisting: Mutex<()>,
     follow: follow::Follow,
+    controls: control::Controls,
 }
 
 const SESSION_FILES: [(&str, Node, Kind); 12] = [
@@ -230,6 +234,7 @@ impl SessionFs {
             removed: Mutex::default(),
             relisting: Mutex::default(),
             follow,
+            controls: control::Controls::default(),
             config,
         });
         let weak = Arc::downgrade(&fs);
@@ -683,20 +688,6 @@ impl SessionFs {
     /// Totals for `statfs`: sessions listed.
     pub fn session_count(&self) -> usize {
         self.table().len()
-    }
-}
-
-/// The longest directory name shown: Linux's NAME_MAX. Tools such as tar and
-/// rsync cannot handle longer names, and JSONL stores cannot hold them.
-const NAME_MAX: usize = 255;
-
-/// A session's directory name in the mount: the Harness's own id encoding, except
-/// that the id `flush` is shown as `~0066lush` (an escape no id encodes to), so the
-/// root control file keeps its name and never collides with a session.
-pub fn mount_name(id: &str) -> Option<String> {
-    match encode_segment(id)? {
-        name if name == "flush" => Some("~0066lush".into()),
-        name => Some(name),
     }
 }
 

@@ -12,11 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::control::ForkLog;
+use super::SessionFs;
+use super::names::{NAME_MAX, id_of, mount_name, shown_name};
 use super::paged::Spilled;
-use super::{NAME_MAX, SessionFs, mount_name};
 use crate::model::Refusal;
-use crate::model::ids::decode_segment;
 use crate::store::{Backend, Listing};
 use crate::sync::lock;
 use crate::view::{ScanProgress, SessionSource, SessionView};
@@ -74,7 +73,6 @@ pub(super) struct Slot {
     /// Event names published by the first scan while it runs.
     pub progress: Mutex<Option<Arc<ScanProgress>>>,
     pub checked: Mutex<Instant>,
-    pub control: Mutex<ForkLog>,
     /// The session was removed from the store.
     pub gone: AtomicBool,
     /// The last listing of the store that held this session.
@@ -119,7 +117,6 @@ impl Table {
             spilled: Mutex::new(None),
             progress: Mutex::new(None),
             checked: Mutex::new(Instant::now()),
-            control: Mutex::default(),
             gone: AtomicBool::new(false),
             seen: AtomicU32::new(self.generation),
         }));
@@ -323,7 +320,7 @@ impl SessionFs {
         generation: Option<u32>,
         moved_slots: &mut Vec<(Arc<Slot>, Listing)>,
     ) -> Option<u32> {
-        let Some(name) = mount_name(id).filter(|n| n.len() <= NAME_MAX) else {
+        let Some(name) = shown_name(id) else {
             let shown: String = id.chars().take(40).collect();
             log::warn!(
                 "session {shown:?}… is not shown: its name would be longer than {NAME_MAX} bytes"
@@ -380,13 +377,7 @@ impl SessionFs {
     /// ago is found by the first lookup. Costs one look in the store, never a
     /// listing of it.
     pub(super) fn find_new(&self, name: &str) -> Option<u32> {
-        let id = match name {
-            "~0066lush" => "flush".to_string(),
-            _ => decode_segment(name)?,
-        };
-        if mount_name(&id).as_deref() != Some(name) {
-            return None;
-        }
+        let id = id_of(name)?;
         let group = self.store.find(&id);
         let mut table = self.table_mut();
         if let Some(number) = table.by_name(name) {
