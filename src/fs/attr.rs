@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use super::inode::{Ino, Node};
 use super::names::mount_name;
-use super::table::Slot;
+use super::sessions::Slot;
 use super::{Attr, Kind, SessionFs};
 use crate::error::{Error, Result};
 use crate::sync::lock;
@@ -189,7 +189,7 @@ impl SessionFs {
                 .and_then(|h| h.parent_session.as_ref())
                 .is_some(),
             Node::Event(seq) => seq < view.event_count(),
-            Node::Child(child) => self.table().children_of(&slot.id).contains(&child),
+            Node::Child(child) => self.sessions.is_child(&slot.id, child),
             Node::Steps | Node::Call(_) | Node::CallFile(..) => {
                 Self::steps_node_present(view, node)
             }

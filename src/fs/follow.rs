@@ -14,13 +14,10 @@
 //! Either way the cost is that of the sessions in use, never of the store.
 
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::SessionFs;
-use super::names::mount_name;
-use super::table::Slot;
-use crate::model::ids::decode_segment;
 use crate::store::Backend;
 use crate::store::watch::Watcher;
 use crate::sync::lock;
@@ -100,7 +97,7 @@ impl Follow {
     }
 
     /// Watches the store's directories (again: a new project directory).
-    fn watch_dirs(&self, store: &dyn Backend) {
+    pub fn watch_dirs(&self, store: &dyn Backend) {
         let Some(watcher) = &self.watcher else { return };
         let mut watches = lock(&self.watches);
         for dir in store.watch_dirs() {
@@ -116,35 +113,30 @@ impl Follow {
         }
     }
 
-    /// A session's view was loaded: watch its directory, or poll it.
-    pub fn watch_session(&self, store: &dyn Backend, slot: &Slot) {
-        let key = {
-            let listed = lock(&slot.listed);
-            if listed.pending {
-                return;
-            }
-            listed.source.key.clone()
-        };
-        let dir = store.session_dir(&key);
+    /// A session's view was loaded: watch its directory `dir`, or poll it.
+    /// `None`: a session not in the store yet (a fork child not yet durable),
+    /// followed by no one.
+    pub fn watch_session(&self, number: u32, dir: Option<Watched>) {
+        let Some(dir) = dir else { return };
         let mut watches = lock(&self.watches);
-        Self::forget(&mut watches, self.watcher.as_ref(), slot.number);
+        Self::forget(&mut watches, self.watcher.as_ref(), number);
         let Some(watcher) = &self.watcher else {
-            watches.polled.insert(slot.number);
+            watches.polled.insert(number);
             return;
         };
         // Covered by the store's own directories (SQLite).
-        let Some(dir) = dir else { return };
+        let Watched::Dir(dir) = dir else { return };
         match watcher.watch(&dir) {
             Ok(wd) => {
-                watches.sessions.entry(wd).or_default().push(slot.number);
-                watches.of_slot.insert(slot.number, wd);
+                watches.sessions.entry(wd).or_default().push(number);
+                watches.of_slot.insert(number, wd);
             }
             Err(e) => {
                 log::info!(
                     "cannot watch {} ({e}); polling it every {POLL_EVERY:?}",
                     dir.display()
                 );
-                watches.polled.insert(slot.number);
+                watches.polled.insert(number);
             }
         }
     }
@@ -169,16 +161,14 @@ impl Follow {
             }
         }
     }
-}
 
-impl SessionFs {
-    /// One round of following: waits until the store reports a change (at
-    /// most a second, less while sessions are polled), brings the views it
-    /// concerns up to date and returns what the kernel must forget.
-    pub fn follow_changes(&self) -> Changes {
-        let polling = self.follow.watcher.is_none() || self.config.repair;
+    /// Waits until the store reports a change (at most a second, less while
+    /// sessions are polled) and says which sessions it concerns. `repair`:
+    /// every loaded session is polled, to repair those that went quiet.
+    pub fn wait(&self, store: &dyn Backend, repair: bool) -> Round {
+        let polling = self.watcher.is_none() || repair;
         let (wait, retry) = {
-            let watches = lock(&self.follow.watches);
+            let watches = lock(&self.watches);
             let wait = if !watches.retry.is_empty() {
                 Duration::from_millis(100)
             } else if polling || !watches.polled.is_empty() {
@@ -188,127 +178,69 @@ impl SessionFs {
             };
             (wait, watches.retry.clone())
         };
-        let events = match &self.follow.watcher {
+        let events = match &self.watcher {
             Some(watcher) => watcher.wait(wait),
             None => {
                 std::thread::sleep(wait);
                 Vec::new()
             }
         };
-        let mut due: HashSet<u32> = retry;
-        let mut everything = false;
-        let mut root_events = Vec::new();
-        {
-            let mut watches = lock(&self.follow.watches);
-            for event in events {
-                if event.overflow {
-                    everything = true;
-                } else if watches.dirs.contains(&event.watch) {
-                    if self.store.is_data_change(&event.name) {
-                        everything = true;
-                    } else {
-                        root_events.push(event.name);
-                    }
-                } else if let Some(slots) = watches.sessions.get(&event.watch) {
-                    due.extend(slots.iter().copied());
-                }
-            }
-            let poll_due = watches
-                .last_poll
-                .is_none_or(|at| at.elapsed() >= POLL_EVERY);
-            if poll_due && (polling || !watches.polled.is_empty()) {
-                watches.last_poll = Some(Instant::now());
-                match polling {
-                    true => everything = true,
-                    false => due.extend(watches.polled.iter().copied()),
-                }
-            }
-            watches.retry.clear();
-        }
-        let mut changes = Changes {
-            inodes: std::mem::take(&mut *lock(&self.stale)),
-            // Sessions a listing found removed.
-            root_names: self.take_removed(),
-            names: Vec::new(),
+        let mut round = Round {
+            due: retry,
+            ..Round::default()
         };
-        if !root_events.is_empty() {
-            self.store_dirs_changed(&root_events, &mut due, &mut changes);
+        let mut watches = lock(&self.watches);
+        for event in events {
+            if event.overflow {
+                round.everything = true;
+            } else if watches.dirs.contains(&event.watch) {
+                if store.is_data_change(&event.name) {
+                    round.everything = true;
+                } else {
+                    round.store_names.push(event.name);
+                }
+            } else if let Some(slots) = watches.sessions.get(&event.watch) {
+                round.due.extend(slots.iter().copied());
+            }
         }
-        if everything {
-            due.extend(lock(&self.lru).slots());
+        let poll_due = watches
+            .last_poll
+            .is_none_or(|at| at.elapsed() >= POLL_EVERY);
+        if poll_due && (polling || !watches.polled.is_empty()) {
+            watches.last_poll = Some(Instant::now());
+            match polling {
+                true => round.everything = true,
+                false => round.due.extend(watches.polled.iter().copied()),
+            }
         }
-        for number in due {
-            self.refresh_loaded(number, &mut changes);
-        }
-        changes
+        watches.retry.clear();
+        round
     }
 
-    /// Sessions may have been added to or removed from the store: the next
-    /// listing asks the store, and a session whose directory went is checked
-    /// at once, so it leaves the listing and its name leads nowhere.
-    fn store_dirs_changed(&self, names: &[String], due: &mut HashSet<u32>, changes: &mut Changes) {
-        self.forget_listing_age();
-        // A new project directory is watched from now on.
-        self.follow.watch_dirs(self.store.as_ref());
-        let mut seen = HashSet::new();
-        for name in names {
-            if !seen.insert(name) {
-                continue;
-            }
-            let Some(id) = decode_segment(name) else {
-                continue;
-            };
-            let Some(shown) = mount_name(&id) else {
-                continue;
-            };
-            let Some(number) = self.slot_by_name(&shown) else {
-                continue;
-            };
-            let Ok(slot) = self.slot(number) else {
-                continue;
-            };
-            if lock(&slot.listed).pending {
-                continue;
-            }
-            if self.store.find(&id).is_empty() {
-                log::info!("session {id:?} was removed from the store");
-                self.table_mut().remove(number);
-                self.follow.unwatch_session(number);
-                changes.root_names.push(shown);
-            } else if slot.view.try_lock().is_ok_and(|view| view.is_some()) {
-                // Its directory may have been made anew: watch that one.
-                self.follow.watch_session(self.store.as_ref(), &slot);
-                due.insert(number);
-            }
-        }
+    /// A session could not be refreshed this round (a request held its view):
+    /// it is tried again soon.
+    pub fn retry(&self, number: u32) {
+        lock(&self.watches).retry.insert(number);
     }
+}
 
-    /// Brings one loaded view up to date; a view in use by a request is
-    /// retried next round.
-    fn refresh_loaded(&self, number: u32, changes: &mut Changes) {
-        let Some(slot) = self.table().get(number) else {
-            return;
-        };
-        if lock(&slot.refusal).is_some() || slot.is_gone() {
-            return;
-        }
-        let Ok(mut guard) = slot.view.try_lock() else {
-            lock(&self.follow.watches).retry.insert(number);
-            return;
-        };
-        let Some(view) = guard.as_mut() else { return };
-        *lock(&slot.checked) = Instant::now();
-        let was_readable = view.indexed().is_some();
-        let mut refreshed = view.refresh();
-        if self.config.repair && !lock(&slot.listed).pending {
-            refreshed |= self.repair(&slot, view);
-        }
-        if refreshed {
-            changes.inodes.extend(Self::session_inodes(number, view));
-        }
-        if view.indexed().is_some() != was_readable {
-            // `error` and the views swap places: cached names would lie.
-            changes.names.extend(Self::session_names(number));
-        }
-    }
+/// What a session's loaded view is followed by.
+pub enum Watched {
+    /// Its own directory in the store (JSONL).
+    Dir(PathBuf),
+    /// The store's directories, watched already (SQLite).
+    Store,
+}
+
+/// What one wait found.
+#[derive(Default)]
+pub struct Round {
+    /// Loaded sessions whose files changed.
+    pub due: HashSet<u32>,
+    /// Every loaded session may have changed (the store's data, an overflow,
+    /// a poll of everything).
+    pub everything: bool,
+    /// Names in the store's own directories that changed: sessions (or
+    /// project directories) that may have been added or removed.
+    pub store_names: Vec<String>,
 }

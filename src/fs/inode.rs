@@ -18,7 +18,7 @@
 //! inode, so within one inode the bytes only ever grow, and a descriptor open
 //! on an older lineage keeps its own pages.
 
-use crate::view::CallFile;
+use crate::view::{CallFile, SessionView};
 
 /// The mount's root directory.
 pub const ROOT: u64 = 1;
@@ -160,6 +160,24 @@ impl Ino {
         };
         Some(Ino::Session(slot, node))
     }
+}
+
+/// The inodes of a session whose content may have changed: its directory and
+/// the files generated from its whole log.
+pub fn session_inodes(number: u32, view: &SessionView) -> impl Iterator<Item = u64> + use<> {
+    let transcript = view.transcript_lineage().unwrap_or_default();
+    [
+        Node::Dir,
+        Node::Header,
+        Node::Events,
+        Node::Surface,
+        Node::Transcript(transcript as u32),
+        Node::Index,
+        Node::Status,
+        Node::Steps,
+    ]
+    .into_iter()
+    .map(move |node| Ino::Session(number, node).encode())
 }
 
 #[cfg(test)]

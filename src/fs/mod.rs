@@ -2,66 +2,79 @@
 //! plain Rust types. It knows nothing of fuser; the adapter turns kernel requests
 //! into calls here and [`Error`]s into errnos.
 //!
-//! Modules, one job each: [`table`] (the sessions shown and relisting),
-//! [`cache`] (which views are loaded, least recently used first), [`attr`]
-//! (attributes), [`handles`] (open files and their snapshots), [`control`]
-//! (the `fork` and `flush` commands), [`steps`] (`steps/`), [`follow`] (store
-//! changes, by inotify or polling), [`paged`] (`transcript.md` through the
-//! kernel's page cache), [`streaming`] (`events/` listed while its session is
-//! read), [`inode`] (inode numbers) and
-//! [`writeback`] (making fork children durable). This file holds the view of
-//! one session (loading, refreshing, eviction) and lookup and listing.
+//! [`SessionFs`] is a façade over owned subsystems, each with private state,
+//! which import nothing of the façade:
+//! - `sessions`: the sessions shown (slots, found by name, listed by
+//!   position) and the listings of the store that add and remove them;
+//! - `views`: the loaded views, least recently used first (`cache`), with
+//!   their spilled transcripts ([`paged`]) and the watches that follow them
+//!   ([`follow`]);
+//! - [`control`]: the control files' one command grammar and the fork logs;
+//! - `handles`: open files and their snapshots;
+//! - [`writeback`]: making fork children durable;
+//! - leaves: [`inode`] (inode numbers), `names` (directory names).
+//!
+//! The façade's requests are written by concern: this file (lookup, listing,
+//! a file's bytes), `attr` (getattr, readlink), `open` (open, read, release),
+//! `write` (control commands, forks), `steps` (`steps/`), `streaming`
+//! (`events/` listed while its session is read), [`setattr`] and `changes`
+//! (a round of following the store).
 //!
 //! No operation walks every session: a lookup, a read, a listing batch and an
 //! idle second cost the same in a store of 100,000 sessions as in a small one.
 //! Only a listing of the root after the store changed lists the store.
 //!
 //! Lock order (a lock may be taken while holding those above it, never below):
-//! 0. `SessionFs::relisting`, held while the store is listed (never under a view).
-//! 1. `Slot::view`, one session's view: held while it is loaded, refreshed or
-//!    rendered. At most one is awaited at a time; eviction only `try_lock`s
-//!    another session's view.
-//! 2. `SessionFs::table` (read or write). A view is never awaited while the
-//!    table is held: relisting defers what needs a view until it let go.
-//! 3. Leaves, held briefly and never while taking another lock: `Slot::listed`,
-//!    `Slot::refusal`, `Slot::checked`, `Slot::control`, `Slot::spilled`,
-//!    `Slot::progress` (its scan's own lock is taken and awaited with no
-//!    other lock held, but by the scan under its view),
-//!    `SessionFs::lru`, `SessionFs::spills`,
-//!    `SessionFs::stale`, `SessionFs::removed`, the handle table, the follow
-//!    state's watches.
+//! 0. `Sessions::relisting`, held while the store is listed (never under a
+//!    view; what the listing moved is re-read after it let go).
+//! 1. One session's view lock (`views`): held while it is loaded, refreshed
+//!    or rendered. At most one is awaited at a time; eviction only
+//!    `try_lock`s another session's view.
+//! 2. `Sessions::table` (read or write). A view is never awaited while the
+//!    table is held.
+//! 3. Leaves, held briefly and never while taking another lock: a slot's
+//!    `listed` and `refusal`; a view slot's `spilled`, `progress` (its scan's
+//!    own lock is taken and awaited with no other lock held, but by the scan
+//!    under its view) and `checked`; `Views`' slot list, `lru`, `stale` and
+//!    spill queue; `Sessions::removed`; the fork logs; the handle table; the
+//!    follow state's watches.
 
 #![warn(missing_docs)]
 
 mod attr;
 mod cache;
+mod changes;
 pub mod control;
 pub mod follow;
 mod handles;
 mod names;
-pub use handles::Caching;
+mod open;
+pub use handles::{Caching, ReadData};
 pub mod inode;
 pub mod paged;
+mod sessions;
 pub mod setattr;
 mod steps;
 mod streaming;
-mod table;
+mod views;
 mod write;
 pub mod writeback;
 
 pub use names::mount_name;
 
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime};
 
-use crate::bytes::{Bytes, Slice};
 use crate::error::{Error, Result};
 use crate::store::memory::MemoryStore;
 use crate::store::{Backend, Listing, SessionKey};
 use crate::sync::lock;
 use crate::view::{Content, FileId, Refused, SessionView};
+use follow::Watched;
 use inode::{Ino, Node};
-use table::{Listed, Slot, Table};
+use paged::{Spill, Spilled};
+use sessions::{Relisted, Sessions, Slot};
+use views::{Opening, Views};
 use writeback::Writeback;
 
 /// How the mount presents files.
@@ -172,29 +185,23 @@ pub struct EntryPlus {
     pub attr: Option<Attr>,
 }
 
-/// The filesystem model the adapter drives: one call per kernel request.
+/// The filesystem model the adapter drives: one call per kernel request. A
+/// façade over owned subsystems: the sessions shown ([`sessions`]), their
+/// loaded views ([`views`]), the control files' state ([`control`]), open
+/// files ([`handles`]) and the write-behind of fork children ([`writeback`]).
 pub struct SessionFs {
     /// Itself, for the threads it starts (a session built in the background).
     this: Weak<SessionFs>,
     store: Arc<dyn Backend>,
+    /// Fork children not yet durable.
     memory: Arc<MemoryStore>,
     writeback: Arc<Writeback>,
     config: FsConfig,
-    table: RwLock<Table>,
-    lru: Mutex<cache::Lru>,
-    handles: handles::Handles,
-    spills: paged::Spills,
-    started: SystemTime,
-    /// Inodes whose content changed while a request refreshed them; the kernel is
-    /// told to drop its caches of them by the follow thread, never from inside a
-    /// request (that can deadlock).
-    stale: Mutex<Vec<u64>>,
-    /// Names of sessions removed from the store, for the kernel to forget.
-    removed: Mutex<Vec<String>>,
-    /// Held while the store is listed.
-    relisting: Mutex<()>,
-    follow: follow::Follow,
+    sessions: Sessions,
+    views: Views,
     controls: control::Controls,
+    handles: handles::Handles,
+    started: SystemTime,
 }
 
 const SESSION_FILES: [(&str, Node, Kind); 12] = [
@@ -222,19 +229,14 @@ impl SessionFs {
         let follow = follow::Follow::new(store.as_ref(), config.poll);
         let fs = Arc::new_cyclic(|this| SessionFs {
             this: this.clone(),
+            sessions: Sessions::new(store.clone()),
+            views: Views::new(follow, config.cache_bytes, config.grace),
+            controls: control::Controls::default(),
+            handles: handles::Handles::default(),
             store,
             memory,
             writeback: writeback.clone(),
-            table: RwLock::default(),
-            lru: Mutex::default(),
-            handles: handles::Handles::default(),
-            spills: paged::Spills::default(),
             started: SystemTime::now(),
-            stale: Mutex::default(),
-            removed: Mutex::default(),
-            relisting: Mutex::default(),
-            follow,
-            controls: control::Controls::default(),
             config,
         });
         let weak = Arc::downgrade(&fs);
@@ -251,17 +253,14 @@ impl SessionFs {
         self.writeback.clone()
     }
 
-    fn table(&self) -> RwLockReadGuard<'_, Table> {
-        crate::sync::read(&self.table)
-    }
-
-    fn table_mut(&self) -> RwLockWriteGuard<'_, Table> {
-        crate::sync::write(&self.table)
+    /// The spilled transcripts, for the thread that hands them to the kernel.
+    pub fn spill_receiver(&self) -> std::sync::mpsc::Receiver<Spill> {
+        self.views.spill_receiver()
     }
 
     /// A pending child became durable: serve it from the store from now on.
     fn made_durable(&self, id: &str, key: SessionKey) {
-        let Some(slot) = self.slot_by_id(id).and_then(|n| self.slot(n).ok()) else {
+        let Some(slot) = self.sessions.by_id(id).and_then(|n| self.slot(n).ok()) else {
             return;
         };
         let listing = match self.store.header(&key) {
@@ -275,25 +274,33 @@ impl SessionFs {
                 stored: None,
             },
         };
-        Self::reread(&slot, Listed::of(listing, self.store.clone(), false));
-        self.forget_view(slot.number);
+        self.reread(&slot, listing);
     }
 
-    /// The inodes of a session whose content may have changed.
-    fn session_inodes(number: u32, view: &SessionView) -> impl Iterator<Item = u64> {
-        let transcript = view.transcript_lineage().unwrap_or_default();
-        [
-            Node::Dir,
-            Node::Header,
-            Node::Events,
-            Node::Surface,
-            Node::Transcript(transcript as u32),
-            Node::Index,
-            Node::Status,
-            Node::Steps,
-        ]
-        .into_iter()
-        .map(move |node| Ino::Session(number, node).encode())
+    /// Serves a slot from another stored artifact from now on. Listing and
+    /// source change together under the view's lock, so no reader pairs one
+    /// with the other.
+    fn reread(&self, slot: &Slot, listing: Listing) {
+        let listed = self.sessions.listed(listing);
+        self.views
+            .replace(slot.number, || *lock(&slot.listed) = listed);
+    }
+
+    /// Lists the store again when the last listing is older than `max_age`,
+    /// and acts on what it changed.
+    fn relist(&self, max_age: Duration) {
+        let Relisted { removed, moved } = self.sessions.relist(max_age);
+        for number in removed {
+            self.views.forget(number);
+        }
+        for (slot, listing) in moved {
+            self.reread(&slot, listing);
+        }
+    }
+
+    /// The slot numbered `number`.
+    fn slot(&self, number: u32) -> Result<Arc<Slot>> {
+        self.sessions.get(number)
     }
 
     /// A node of a session's directory as it is now: `transcript.md` in its
@@ -332,92 +339,39 @@ impl SessionFs {
         max_age: Duration,
         f: impl FnOnce(&mut SessionView) -> T,
     ) -> Result<T> {
-        let mut guard = lock(&slot.view);
-        match guard.as_mut() {
-            None => {
-                let (source, unreadable) = {
-                    let listed = lock(&slot.listed);
-                    (listed.source.clone(), listed.unreadable.clone())
-                };
-                let refused = match lock(&slot.refusal).clone() {
-                    Some(reason) => Some(Refused::External(reason)),
-                    None => unreadable.map(|why| Refused::Header(why.into())),
-                };
-                // Names are published while the scan runs (`streaming`); waiters
-                // are released however the build ends.
-                let progress = lock(&slot.progress)
-                    .get_or_insert_with(Default::default)
-                    .clone();
-                let finished = streaming::FinishOnDrop(progress.clone());
-                let view = SessionView::open(
-                    source,
-                    &slot.id,
-                    refused,
-                    self.config.grace,
-                    Some(&progress),
-                );
-                drop(finished);
-                *lock(&slot.progress) = None;
-                if let Some(reason) = view_refusal(&view) {
-                    log::warn!("session {:?} cannot be read: {reason}", slot.id);
-                }
-                *guard = Some(Box::new(view));
-                *lock(&slot.spilled) = None;
-                *lock(&slot.checked) = Instant::now();
-                self.follow.watch_session(self.store.as_ref(), slot);
-            }
-            Some(view) => {
-                let mut checked = lock(&slot.checked);
-                if checked.elapsed() >= max_age {
-                    *checked = Instant::now();
-                    drop(checked);
-                    if view.refresh() {
-                        lock(&self.stale).extend(Self::session_inodes(slot.number, view));
-                    }
-                }
-            }
-        }
-        let view = guard
-            .as_mut()
-            .ok_or_else(|| Error::NotFound("session vanished".into()))?;
-        let result = f(view);
-        let memory = view.memory();
-        drop(guard);
-        self.note_use(slot.number, memory);
-        Ok(result)
+        self.views
+            .with_view(slot.number, &slot.id, max_age, || self.opening(slot), f)
     }
 
-    /// Records a use of a session's view and drops the least recently used
-    /// others while the cache is over budget. O(1) per view dropped.
-    fn note_use(&self, number: u32, memory: usize) {
-        lock(&self.lru).record(number, memory);
-        // Views in use right now are put back as newest; each is tried once.
-        let mut tries = lock(&self.lru).len();
-        while tries > 0 {
-            tries -= 1;
-            let Some((victim, bytes)) = lock(&self.lru).pop_victim(self.config.cache_bytes, number)
-            else {
-                break;
-            };
-            let Some(slot) = self.table().get(victim) else {
-                continue;
-            };
-            match slot.view.try_lock() {
-                Ok(mut view) => {
-                    if let Some(dropped) = view.take() {
-                        self.spill(&slot, &dropped);
-                    }
-                    self.follow.unwatch_session(victim);
-                }
-                Err(_) => lock(&self.lru).record(victim, bytes),
-            }
+    /// How to open a session's view, from what the table knows of it.
+    fn opening(&self, slot: &Slot) -> Opening {
+        let (source, unreadable, pending) = {
+            let listed = lock(&slot.listed);
+            (
+                listed.source.clone(),
+                listed.unreadable.clone(),
+                listed.pending,
+            )
+        };
+        let refused = match lock(&slot.refusal).clone() {
+            Some(reason) => Some(Refused::External(reason)),
+            None => unreadable.map(|why| Refused::Header(why.into())),
+        };
+        let watch = (!pending).then(|| match self.store.session_dir(&source.key) {
+            Some(dir) => Watched::Dir(dir),
+            None => Watched::Store,
+        });
+        Opening {
+            source,
+            refused,
+            watch,
         }
     }
 
-    /// Takes a dropped view off the cache's list.
-    fn forget_view(&self, number: u32) {
-        lock(&self.lru).remove(number);
-        self.follow.unwatch_session(number);
+    /// The transcript of a dropped view while its log is unchanged.
+    fn spilled(&self, slot: &Slot) -> Option<Spilled> {
+        self.views
+            .spilled(slot.number, || lock(&slot.listed).source.clone())
     }
 
     /// The bytes of a generated file: what `read` serves and `stat` sizes, as
@@ -504,8 +458,9 @@ impl SessionFs {
                 }
                 // New sessions must appear at once: ask the store on a miss.
                 let number = self
-                    .slot_by_name(name)
-                    .or_else(|| self.find_new(name))
+                    .sessions
+                    .by_name(name)
+                    .or_else(|| self.sessions.find_new(name))
                     .ok_or_else(|| Error::NotFound(format!("no session named {name}")))?;
                 self.getattr(Ino::Session(number, Node::Dir).encode())
             }
@@ -539,8 +494,9 @@ impl SessionFs {
                 let slot = self.slot(number)?;
                 self.relist(self.config.relist);
                 let child = self
-                    .slot_by_name(name)
-                    .filter(|child| self.table().children_of(&slot.id).contains(child))
+                    .sessions
+                    .by_name(name)
+                    .filter(|&child| self.sessions.is_child(&slot.id, child))
                     .ok_or_else(|| {
                         Error::NotFound(format!("{name} is not a child of {}", slot.name))
                     })?;
@@ -607,7 +563,7 @@ impl SessionFs {
                     // Children are found by their headers: the store must be listed.
                     self.relist(self.config.relist);
                 }
-                let children: Vec<u32> = self.table().children_of(&slot.id).to_vec();
+                let children = self.sessions.children_of(&slot.id);
                 Ok(children
                     .into_iter()
                     .enumerate()
@@ -646,7 +602,7 @@ impl SessionFs {
         }
         let first_slot = offset.saturating_sub(1) as usize;
         let room = limit - entries.len();
-        entries.extend(self.table().listed_from(first_slot, room).into_iter().map(
+        entries.extend(self.sessions.listed_from(first_slot, room).into_iter().map(
             |(number, slot)| DirEntry {
                 ino: Ino::Session(number, Node::Dir).encode(),
                 kind: Kind::Dir,
@@ -676,18 +632,17 @@ impl SessionFs {
     /// follow thread tells the kernel to drop them, as their entries are cached
     /// long.
     pub fn take_removed(&self) -> Vec<String> {
-        std::mem::take(&mut *lock(&self.removed))
+        self.sessions.take_removed()
     }
 
     /// Loaded views and the bytes they hold, as the cache counts them.
     pub fn cache_usage(&self) -> (usize, usize) {
-        let lru = lock(&self.lru);
-        (lru.len(), lru.total())
+        self.views.usage()
     }
 
     /// Totals for `statfs`: sessions listed.
     pub fn session_count(&self) -> usize {
-        self.table().len()
+        self.sessions.len()
     }
 }
 
@@ -739,31 +694,5 @@ fn file_id(node: Node) -> Option<FileId> {
         Node::Event(seq) => Some(FileId::Event(seq)),
         Node::CallFile(call, file) => Some(FileId::Call(call, file)),
         _ => None,
-    }
-}
-
-fn view_refusal(view: &SessionView) -> Option<String> {
-    match view.state() {
-        crate::view::State::Unreadable(u) => Some(u.reason.message().to_string()),
-        crate::view::State::Indexed(_) => None,
-    }
-}
-
-/// The bytes a read returns: a range of a shared snapshot, so a large read is
-/// answered without copying the file (a read across two segments copies itself).
-pub struct ReadData(Slice);
-
-impl ReadData {
-    fn new(bytes: &Bytes, offset: u64, size: u32) -> ReadData {
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(bytes.len());
-        let end = start.saturating_add(size as usize).min(bytes.len());
-        ReadData(bytes.slice(start..end))
-    }
-
-    /// The bytes, as one slice.
-    pub fn as_slice(&self) -> &[u8] {
-        self.0.as_slice()
     }
 }

@@ -9,7 +9,7 @@
 //!
 //! When the cache drops a session's view, its transcript is *spilled*: the
 //! bytes are handed to the kernel's page cache (`FUSE_NOTIFY_STORE`, sent by a
-//! thread of the adapter, never from inside a request) and the slot keeps what
+//! thread of the adapter, never from inside a request) and the view's slot keeps what
 //! `stat` needs, valid while the stored log is unchanged. A glob that sizes
 //! every transcript followed by a `grep` over them then reads each session
 //! once, while the daemon holds no more than its cache budget; the kernel
@@ -20,20 +20,21 @@ use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::SystemTime;
 
-use super::SessionFs;
 use super::inode::{Ino, Node};
-use super::table::Slot;
 use crate::bytes::Bytes;
 use crate::store::Revision;
 use crate::sync::lock;
-use crate::view::SessionView;
 
 /// What `stat` needs of a dropped view's transcript.
 #[derive(Clone, Debug)]
 pub(super) struct Spilled {
-    revision: Revision,
+    /// The stored log's revision when the view was dropped.
+    pub revision: Revision,
+    /// The transcript's lineage then.
     pub lineage: u64,
+    /// Its size.
     pub size: u64,
+    /// Its modification time.
     pub mtime: SystemTime,
 }
 
@@ -56,7 +57,15 @@ pub(super) struct Spills {
 }
 
 impl Spills {
-    fn send(&self, spill: Spill) {
+    /// A new queue for the adapter's thread; spills sent before are dropped.
+    pub fn receiver(&self) -> Receiver<Spill> {
+        let (sender, receiver) = sync_channel(SPILLS_QUEUED);
+        *lock(&self.sender) = Some(sender);
+        receiver
+    }
+
+    /// Queues a spill, or skips it when the queue is full.
+    pub fn send(&self, spill: Spill) {
         let sender = lock(&self.sender).clone();
         if let Some(sender) = sender {
             match sender.try_send(spill) {
@@ -71,49 +80,4 @@ impl Spills {
 /// The inode of a session's transcript in `lineage`.
 pub(super) fn transcript_ino(number: u32, lineage: u64) -> u64 {
     Ino::Session(number, Node::Transcript(lineage as u32)).encode()
-}
-
-impl SessionFs {
-    /// Transcripts to hand to the kernel's page cache, for the adapter's thread
-    /// that holds the kernel connection. Without a receiver nothing is sent.
-    pub fn spill_receiver(&self) -> Receiver<Spill> {
-        let (sender, receiver) = sync_channel(SPILLS_QUEUED);
-        *lock(&self.spills.sender) = Some(sender);
-        receiver
-    }
-
-    /// Called with the view of `slot` locked, just before it is dropped.
-    pub(super) fn spill(&self, slot: &Slot, view: &SessionView) {
-        let Some(spilled) = view.spill_transcript() else {
-            return;
-        };
-        *lock(&slot.spilled) = Some(Box::new(Spilled {
-            revision: spilled.revision,
-            lineage: spilled.lineage,
-            size: spilled.bytes.len() as u64,
-            mtime: spilled.mtime,
-        }));
-        if !spilled.bytes.is_empty() {
-            self.spills.send(Spill {
-                ino: transcript_ino(slot.number, spilled.lineage),
-                bytes: spilled.bytes,
-            });
-        }
-    }
-
-    /// The spilled transcript of a session whose view is not loaded, while the
-    /// stored log is unchanged since (a `stat` of the store, or one row).
-    pub(super) fn spilled(&self, slot: &Slot) -> Option<Spilled> {
-        let record = lock(&slot.spilled).as_deref().cloned()?;
-        let loaded = slot.view.try_lock().map_or(true, |view| view.is_some());
-        if loaded {
-            return None;
-        }
-        let source = lock(&slot.listed).source.clone();
-        if source.revision().ok().as_ref() != Some(&record.revision) {
-            *lock(&slot.spilled) = None;
-            return None;
-        }
-        Some(record)
-    }
 }

@@ -16,19 +16,10 @@
 use std::sync::Arc;
 
 use super::inode::{Ino, Node};
-use super::table::Slot;
+use super::sessions::Slot;
 use super::{DirEntry, Kind, SessionFs};
 use crate::sync::lock;
 use crate::view::ScanProgress;
-
-/// Releases a scan's waiters however the build ends (a panic included).
-pub(super) struct FinishOnDrop(pub Arc<ScanProgress>);
-
-impl Drop for FinishOnDrop {
-    fn drop(&mut self) {
-        self.0.finish();
-    }
-}
 
 impl SessionFs {
     /// The published names of a session whose first scan is running, starting
@@ -38,18 +29,10 @@ impl SessionFs {
         if lock(&slot.refusal).is_some() {
             return None;
         }
-        let view = match slot.view.try_lock() {
-            Ok(view) => view,
-            // Held: by a first build (which published its progress) or a refresh.
-            Err(_) => return lock(&slot.progress).clone(),
-        };
-        if view.is_some() {
-            return None;
+        let (progress, start) = self.views.scan_progress(slot.number)?;
+        if !start {
+            return Some(progress);
         }
-        drop(view);
-        let progress = lock(&slot.progress)
-            .get_or_insert_with(Default::default)
-            .clone();
         let build = {
             let fs = self.this.upgrade();
             let slot = slot.clone();
@@ -104,7 +87,6 @@ impl SessionFs {
         let Some(Ino::Session(number, Node::Event(_))) = Ino::decode(ino) else {
             return false;
         };
-        self.slot(number)
-            .is_ok_and(|slot| lock(&slot.progress).is_some())
+        self.views.is_scanning(number)
     }
 }

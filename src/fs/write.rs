@@ -10,12 +10,11 @@ use super::SessionFs;
 use super::control::{Command, ControlFile, ForkRecord};
 use super::inode::{Ino, Node};
 use super::names::{NAME_MAX, mount_name};
-use super::table::{Listed, Slot};
+use super::sessions::{Listed, Slot};
 use super::writeback::FlushScope;
 use crate::error::Error;
 use crate::model::ids::encode_segment;
 use crate::store::{Catalog, Listing, SessionKey};
-use crate::sync::lock;
 
 impl SessionFs {
     /// What reading a control file shows now; its `stat` size is this length.
@@ -84,9 +83,7 @@ impl SessionFs {
 
     /// The parent a listed session's header names, for a flush's lineage.
     fn parent_of(&self, id: &str) -> Option<String> {
-        let slot = self.slot(self.slot_by_id(id)?).ok()?;
-        let parent = lock(&slot.listed).parent.clone();
-        parent.map(String::from)
+        self.sessions.parent_of(id)
     }
 
     fn fork_command(&self, number: u32, data: &[u8]) -> crate::error::Result<usize> {
@@ -135,7 +132,7 @@ impl SessionFs {
             Some(name) => {
                 if self.store.contains(&name)
                     || self.memory.contains(&name)
-                    || self.slot_by_id(&name).is_some()
+                    || self.sessions.by_id(&name).is_some()
                 {
                     return Err(Error::Exists(format!(
                         "a session named {name:?} already exists in the store"
@@ -147,7 +144,7 @@ impl SessionFs {
                 let uuid = crate::random::uuid_v4()
                     .map_err(|e| Error::io("cannot make a child id", &e))?;
                 let id = format!("session-{uuid}");
-                if !self.store.contains(&id) && self.slot_by_id(&id).is_none() {
+                if !self.store.contains(&id) && self.sessions.by_id(&id).is_none() {
                     break id;
                 }
             },
@@ -172,7 +169,7 @@ impl SessionFs {
         // slot to the store, so the slot must be there by then.
         self.memory.insert(header.clone(), events.clone());
         let listed = Listed::of(listing, self.memory.clone(), true);
-        self.table_mut().add(name, &child_id, listed, None);
+        self.sessions.add(name, &child_id, listed);
         self.writeback.submit(header, events);
         log::info!(
             "forked session {:?} through seq {boundary} into {child_id:?}",

@@ -1,5 +1,8 @@
-//! The session table: one slot per session the mount has shown, found by name
-//! in O(1) and listed by position in O(entries returned).
+//! The sessions shown: one slot per session the mount has shown, found by name
+//! in O(1) and listed by position in O(entries returned), and the listings of
+//! the store that add and remove them. [`Sessions`] never touches a view: what a
+//! listing finds moved to another artifact it hands back for the caller to
+//! re-read.
 //!
 //! Slots are only ever appended and never reused while mounted, so a slot
 //! number (and the inode numbers built from it) always names the same session,
@@ -9,16 +12,15 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use super::SessionFs;
 use super::names::{NAME_MAX, id_of, mount_name, shown_name};
-use super::paged::Spilled;
+use crate::error::{Error, Result};
 use crate::model::Refusal;
 use crate::store::{Backend, Listing};
 use crate::sync::lock;
-use crate::view::{ScanProgress, SessionSource, SessionView};
+use crate::view::SessionSource;
 
 /// What the table keeps of a listed session: enough to list it, date it and
 /// place it under its parent. The header itself is read again when the
@@ -59,24 +61,24 @@ impl Listed {
     }
 }
 
+/// One session shown. Its view lives in [`super::views::Views`], under the
+/// same number.
 pub(super) struct Slot {
     /// The slot's own number: its place in the table, part of its inodes.
     pub number: u32,
+    /// Its directory's name in the mount.
     pub name: String,
+    /// The session's id.
     pub id: String,
+    /// What the last listing said of it; a leaf lock.
     pub listed: Mutex<Listed>,
-    /// A reason found outside the log (a duplicate id) that overrides reading it.
+    /// A reason found outside the log (a duplicate id) that overrides reading
+    /// it; a leaf lock.
     pub refusal: Mutex<Option<Refusal>>,
-    pub view: Mutex<Option<Box<SessionView>>>,
-    /// What `stat` needs of the transcript of a dropped view.
-    pub spilled: Mutex<Option<Box<Spilled>>>,
-    /// Event names published by the first scan while it runs.
-    pub progress: Mutex<Option<Arc<ScanProgress>>>,
-    pub checked: Mutex<Instant>,
     /// The session was removed from the store.
-    pub gone: AtomicBool,
+    gone: AtomicBool,
     /// The last listing of the store that held this session.
-    pub seen: AtomicU32,
+    seen: AtomicU32,
 }
 
 impl Slot {
@@ -86,7 +88,7 @@ impl Slot {
 }
 
 #[derive(Default)]
-pub(super) struct Table {
+struct Table {
     slots: Vec<Arc<Slot>>,
     by_name: HashMap<String, u32>,
     /// Fork children by parent id, so `children/` costs what it lists.
@@ -99,7 +101,7 @@ pub(super) struct Table {
 }
 
 impl Table {
-    pub fn add(&mut self, name: String, id: &str, listed: Listed, refusal: Option<Refusal>) -> u32 {
+    fn add(&mut self, name: String, id: &str, listed: Listed, refusal: Option<Refusal>) -> u32 {
         let number = self.slots.len() as u32;
         if let Some(parent) = &listed.parent {
             self.children
@@ -113,10 +115,6 @@ impl Table {
             id: id.to_string(),
             listed: Mutex::new(listed),
             refusal: Mutex::new(refusal),
-            view: Mutex::new(None),
-            spilled: Mutex::new(None),
-            progress: Mutex::new(None),
-            checked: Mutex::new(Instant::now()),
             gone: AtomicBool::new(false),
             seen: AtomicU32::new(self.generation),
         }));
@@ -126,7 +124,7 @@ impl Table {
 
     /// Marks a session removed from the store: it leaves the listing and its
     /// name is free for a session created again under it.
-    pub fn remove(&mut self, number: u32) {
+    fn remove(&mut self, number: u32) {
         let Some(slot) = self.slots.get(number as usize) else {
             return;
         };
@@ -147,21 +145,21 @@ impl Table {
         }
     }
 
-    pub fn get(&self, number: u32) -> Option<Arc<Slot>> {
+    fn get(&self, number: u32) -> Option<Arc<Slot>> {
         self.slots.get(number as usize).cloned()
     }
 
-    pub fn by_name(&self, name: &str) -> Option<u32> {
+    fn by_name(&self, name: &str) -> Option<u32> {
         self.by_name.get(name).copied()
     }
 
-    pub fn children_of(&self, id: &str) -> &[u32] {
+    fn children_of(&self, id: &str) -> &[u32] {
         self.children.get(id).map_or(&[], Vec::as_slice)
     }
 
     /// Up to `limit` sessions from slot `from` on, skipping those gone, each
     /// with the position a listing continues from after it.
-    pub fn listed_from(&self, from: usize, limit: usize) -> Vec<(u32, Arc<Slot>)> {
+    fn listed_from(&self, from: usize, limit: usize) -> Vec<(u32, Arc<Slot>)> {
         self.slots
             .iter()
             .enumerate()
@@ -172,7 +170,7 @@ impl Table {
             .collect()
     }
 
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.slots.len()
     }
 }
@@ -186,31 +184,76 @@ fn duplicate(id: &str, keys: &[String]) -> Refusal {
     ))
 }
 
-impl SessionFs {
+/// The sessions shown, and the listings of the store that change them.
+///
+/// Lock order: `relisting`, then `table`, then the leaves (`removed`, a
+/// slot's `listed` and `refusal`). No view is ever awaited under `table`.
+pub(super) struct Sessions {
+    store: Arc<dyn Backend>,
+    table: RwLock<Table>,
+    /// Held while the store is listed: two listings at once would each take
+    /// the other's sessions for removed.
+    relisting: Mutex<()>,
+    /// Names of sessions removed from the store, for the kernel to forget.
+    removed: Mutex<Vec<String>>,
+}
+
+/// What a listing of the store changed that the caller must act on.
+#[derive(Default)]
+pub(super) struct Relisted {
+    /// Slots removed from the store: stop following them.
+    pub removed: Vec<u32>,
+    /// Slots now stored under another artifact (or made durable): their views
+    /// must be read afresh from this listing.
+    pub moved: Vec<(Arc<Slot>, Listing)>,
+}
+
+impl Sessions {
+    /// No sessions yet, over `store`.
+    pub fn new(store: Arc<dyn Backend>) -> Sessions {
+        Sessions {
+            store,
+            table: RwLock::default(),
+            relisting: Mutex::default(),
+            removed: Mutex::default(),
+        }
+    }
+
+    fn table(&self) -> RwLockReadGuard<'_, Table> {
+        crate::sync::read(&self.table)
+    }
+
+    fn table_mut(&self) -> RwLockWriteGuard<'_, Table> {
+        crate::sync::write(&self.table)
+    }
+
+    /// What the table keeps of a listing of the store's.
+    pub fn listed(&self, listing: Listing) -> Listed {
+        Listed::of(listing, self.store.clone(), false)
+    }
+
     /// Lists the store again when the last listing is older than `max_age` and
     /// the store says its set of sessions may have changed.
-    pub(super) fn relist(&self, max_age: Duration) {
+    pub fn relist(&self, max_age: Duration) -> Relisted {
         if self
             .table()
             .listed_at
             .is_some_and(|at| at.elapsed() < max_age)
         {
-            return;
+            return Relisted::default();
         }
         let revision = self.store.listing_revision();
         if revision.is_some() && revision == self.table().listed_revision {
             self.table_mut().listed_at = Some(Instant::now());
-            return;
+            return Relisted::default();
         }
-        // One listing at a time: two at once would each take the other's
-        // sessions for removed.
         let _listing = lock(&self.relisting);
         let generation = {
             let mut table = self.table_mut();
             table.generation = table.generation.wrapping_add(1);
             table.generation
         };
-        let mut moved = Vec::new();
+        let mut relisted = Relisted::default();
         let listed = self.store.list_parts(&mut |mut part| {
             // Grouped by id without copying ids: a duplicate id is refused.
             part.sort_by(|a, b| a.id.cmp(&b.id));
@@ -225,7 +268,7 @@ impl SessionFs {
                         Some(number) => number,
                         None => {
                             let id = first.id.clone();
-                            let listed = Listed::of(first, self.store.clone(), false);
+                            let listed = self.listed(first);
                             table.add(raw, &id, listed, None)
                         }
                     };
@@ -240,15 +283,19 @@ impl SessionFs {
                     group.extend(rest.next());
                 }
                 let id = group[0].id.clone();
-                self.admit(&mut table, &id, group, Some(generation), &mut moved);
+                self.admit(
+                    &mut table,
+                    &id,
+                    group,
+                    Some(generation),
+                    &mut relisted.moved,
+                );
             }
         });
         if let Err(refusal) = listed {
             // Not a verdict that every session is gone: remove nothing.
             log::warn!("cannot list the store now: {refusal}");
-            drop(_listing);
-            self.reread_moved(moved);
-            return;
+            return relisted;
         }
         // Sessions removed from the store leave the listing; fork children not
         // yet durable are in no store listing and stay.
@@ -273,40 +320,48 @@ impl SessionFs {
             .collect();
         let mut table = self.table_mut();
         for number in removed {
-            if !table.get(number).is_some_and(|slot| unseen(&slot)) {
-                continue;
+            if table.get(number).is_some_and(|slot| unseen(&slot)) {
+                self.remove_from(&mut table, number);
+                relisted.removed.push(number);
             }
-            if let Some(slot) = table.get(number) {
-                log::info!("session {:?} was removed from the store", slot.id);
-                lock(&self.removed).push(slot.name.clone());
-            }
-            table.remove(number);
-            self.follow.unwatch_session(number);
         }
         table.listed_at = Some(Instant::now());
         table.listed_revision = revision;
-        drop(table);
-        self.reread_moved(moved);
+        relisted
     }
 
-    fn reread_moved(&self, moved: Vec<(Arc<Slot>, Listing)>) {
-        for (slot, listing) in moved {
-            Self::reread(&slot, Listed::of(listing, self.store.clone(), false));
+    /// A session whose directory went from the store: removed when the store
+    /// no longer has it by id. True when it was removed.
+    pub fn remove_if_gone(&self, number: u32) -> bool {
+        let Ok(slot) = self.get(number) else {
+            return false;
+        };
+        if lock(&slot.listed).pending || !self.store.find(&slot.id).is_empty() {
+            return false;
         }
+        self.remove_from(&mut self.table_mut(), number);
+        true
+    }
+
+    /// The one way a session leaves: out of the listing and lookups, its name
+    /// queued for the kernel to forget.
+    fn remove_from(&self, table: &mut Table, number: u32) {
+        let Some(slot) = table.get(number) else {
+            return;
+        };
+        log::info!("session {:?} was removed from the store", slot.id);
+        lock(&self.removed).push(slot.name.clone());
+        table.remove(number);
+    }
+
+    /// Root names of sessions removed since the last call.
+    pub fn take_removed(&self) -> Vec<String> {
+        std::mem::take(&mut *lock(&self.removed))
     }
 
     /// The store's directories changed: the next listing asks the store.
-    pub(super) fn forget_listing_age(&self) {
+    pub fn forget_listing_age(&self) {
         self.table_mut().listed_at = None;
-    }
-
-    /// Serves a slot from another stored artifact from now on. Listing and
-    /// source change together under the view's lock, so no reader pairs one
-    /// with the other.
-    pub(super) fn reread(slot: &Slot, listed: Listed) {
-        let mut view = lock(&slot.view);
-        *lock(&slot.listed) = listed;
-        *view = None;
     }
 
     /// Takes the store's listings of one id into the table: a new slot, or an
@@ -350,7 +405,7 @@ impl SessionFs {
                     drop(listed);
                     moved_slots.push((slot, listing));
                 } else {
-                    *listed = Listed::of(listing, self.store.clone(), false);
+                    *listed = self.listed(listing);
                 }
             }
             return Some(number);
@@ -360,12 +415,7 @@ impl SessionFs {
             duplicate(id, &keys)
         });
         let listing = group.remove(0);
-        let number = table.add(
-            name,
-            id,
-            Listed::of(listing, self.store.clone(), false),
-            refusal,
-        );
+        let number = table.add(name, id, self.listed(listing), refusal);
         if let Some(generation) = generation {
             table.stamp(number, generation);
         }
@@ -376,7 +426,7 @@ impl SessionFs {
     /// before answering that it does not exist, so a session created a moment
     /// ago is found by the first lookup. Costs one look in the store, never a
     /// listing of it.
-    pub(super) fn find_new(&self, name: &str) -> Option<u32> {
+    pub fn find_new(&self, name: &str) -> Option<u32> {
         let id = id_of(name)?;
         let group = self.store.find(&id);
         let mut table = self.table_mut();
@@ -386,17 +436,52 @@ impl SessionFs {
         self.admit(&mut table, &id, group, None, &mut Vec::new())
     }
 
-    pub(super) fn slot(&self, number: u32) -> crate::error::Result<Arc<Slot>> {
-        self.table()
-            .get(number)
-            .ok_or_else(|| crate::error::Error::NotFound(format!("no session slot {number}")))
+    /// Adds a session the mount made (a fork child), shown at once.
+    pub fn add(&self, name: String, id: &str, listed: Listed) -> u32 {
+        self.table_mut().add(name, id, listed, None)
     }
 
-    pub(super) fn slot_by_name(&self, name: &str) -> Option<u32> {
+    /// The slot numbered `number`.
+    pub fn get(&self, number: u32) -> Result<Arc<Slot>> {
+        self.table()
+            .get(number)
+            .ok_or_else(|| Error::NotFound(format!("no session slot {number}")))
+    }
+
+    /// The slot shown under `name`.
+    pub fn by_name(&self, name: &str) -> Option<u32> {
         self.table().by_name(name)
     }
 
-    pub(super) fn slot_by_id(&self, id: &str) -> Option<u32> {
-        mount_name(id).and_then(|name| self.slot_by_name(&name))
+    /// The slot of the session `id`.
+    pub fn by_id(&self, id: &str) -> Option<u32> {
+        mount_name(id).and_then(|name| self.by_name(&name))
+    }
+
+    /// The parent a listed session's header names.
+    pub fn parent_of(&self, id: &str) -> Option<String> {
+        let slot = self.get(self.by_id(id)?).ok()?;
+        let parent = lock(&slot.listed).parent.clone();
+        parent.map(String::from)
+    }
+
+    /// The fork children of session `id` shown now, oldest first.
+    pub fn children_of(&self, id: &str) -> Vec<u32> {
+        self.table().children_of(id).to_vec()
+    }
+
+    /// Whether slot `child` is a fork child of session `id`.
+    pub fn is_child(&self, id: &str, child: u32) -> bool {
+        self.table().children_of(id).contains(&child)
+    }
+
+    /// Up to `limit` sessions shown from slot `from` on.
+    pub fn listed_from(&self, from: usize, limit: usize) -> Vec<(u32, Arc<Slot>)> {
+        self.table().listed_from(from, limit)
+    }
+
+    /// Slots in the table, removed sessions included.
+    pub fn len(&self) -> usize {
+        self.table().len()
     }
 }
