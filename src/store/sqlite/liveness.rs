@@ -21,9 +21,10 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use crate::model::activity::WriterPresence;
+use crate::sync::lock;
 
 /// The database file's lock bytes: PENDING, RESERVED, then the shared range.
 const DB_LOCKS: (i64, i64) = (0x4000_0000, 2 + 510);
@@ -63,7 +64,7 @@ impl WriterProbe {
 
     /// What the locks say of another connection now.
     pub(super) fn writer(&self) -> WriterPresence {
-        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut files = lock(&self.files);
         if files.is_none() {
             match File::open(&self.db_path) {
                 Ok(db) => {
@@ -105,7 +106,7 @@ impl WriterProbe {
     /// to a WAL database rewrites (its frame count and checksums); `None` when
     /// there is no `-shm` to read.
     pub(super) fn wal_index_header(&self) -> Option<[u8; 48]> {
-        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut files = lock(&self.files);
         if files.is_none() {
             *files = Some(Files {
                 db: File::open(&self.db_path).ok()?,
@@ -125,7 +126,7 @@ impl WriterProbe {
     /// lock, the checkpointer's, recovery's or a read mark): it is inside a
     /// transaction, and a Harness connection may be about to write.
     pub(super) fn others_in_transaction(&self) -> bool {
-        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut files = lock(&self.files);
         let Some(shm) = files
             .as_mut()
             .and_then(|files| files.current_shm(&self.shm_path))

@@ -24,7 +24,7 @@ mod varint;
 use std::io;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rusqlite::{
@@ -49,6 +49,7 @@ use crate::model::activity::WriterPresence;
 use crate::model::header::SessionHeader;
 use crate::model::validate::check_envelope;
 use crate::model::{Cause, Refusal};
+use crate::sync::lock;
 
 /// Rows of an unfinished child removed per transaction.
 const HIDDEN_ROWS_PER_DELETE: i64 = 256;
@@ -104,7 +105,7 @@ impl SqliteStore {
         &self,
         query: impl FnOnce(&Transaction) -> rusqlite::Result<T>,
     ) -> Result<T, Refusal> {
-        let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut reader = lock(&self.reader);
         let transaction = reader.transaction().map_err(|e| self.unreadable(e))?;
         let result = query(&transaction).map_err(|e| self.unreadable(e))?;
         transaction.commit().map_err(|e| self.unreadable(e))?;
