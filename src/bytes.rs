@@ -25,6 +25,8 @@ use std::sync::Arc;
 /// so a freed segment goes back to the system.
 pub const SEGMENT: usize = 1 << 20;
 
+/// A generated file's bytes: frozen segments shared by every snapshot, then a tail that
+/// grows. A clone is a snapshot that later appends to either side never change.
 #[derive(Clone, Debug, Default)]
 pub struct Bytes {
     /// Never changed once frozen; the list itself is copied only when the
@@ -49,6 +51,7 @@ pub struct Slice {
 }
 
 impl Slice {
+    /// The bytes of the range, borrowed from the piece.
     pub fn as_slice(&self) -> &[u8] {
         &self.piece[self.range.clone()]
     }
@@ -69,10 +72,12 @@ impl Bytes {
         self.frozen.last().map_or(0, |s| s.end)
     }
 
+    /// The number of bytes, frozen segments and tail together.
     pub fn len(&self) -> usize {
         self.frozen_len() + self.tail.len()
     }
 
+    /// True when the file holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -1,8 +1,6 @@
 //! Command-line parsing, in the shape FUSE users know:
 //! `sessionfs [OPTIONS] STORE MOUNTPOINT`, with `-o opt[,opt]`.
 
-#![warn(missing_docs)]
-
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -12,6 +12,8 @@ use std::io;
 
 use crate::model::{Cause, Refusal};
 
+/// What went wrong, as the filesystem model reports it: each variant chooses its errno
+/// ([`Error::errno`]) and carries the sentence the user is shown.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
     /// No such file or session (ENOENT). Expected during lookups: logged at debug.
@@ -34,10 +36,16 @@ pub enum Error {
     /// An inode whose content was replaced since it was looked up (ESTALE).
     Stale(String),
     /// A store write failed (EIO, or ENOSPC when the disk is full).
-    Io { errno: i32, message: String },
+    Io {
+        /// The errno to answer with.
+        errno: i32,
+        /// What failed, as the user is told.
+        message: String,
+    },
 }
 
 impl Error {
+    /// The errno the failed request is answered with.
     pub fn errno(&self) -> i32 {
         match self {
             Error::NotFound(_) => libc::ENOENT,
@@ -101,6 +109,7 @@ pub enum Unserved {
 }
 
 impl Unserved {
+    /// The errno the adapter answers such a request with.
     pub fn errno(self) -> i32 {
         match self {
             Unserved::NamespaceChange => libc::EROFS,
@@ -160,7 +169,9 @@ impl From<Refusal> for Error {
 /// errno it deserves (ENOSPC for a full disk) reaches the caller.
 #[derive(Debug)]
 pub struct FlushError {
+    /// The id of the session whose write failed.
     pub session: String,
+    /// The store's error; the caller's errno comes from it ([`io_errno`]).
     pub source: io::Error,
 }
 
@@ -191,6 +202,7 @@ impl Error {
     }
 }
 
+/// The result of a filesystem-model operation, whose error carries its errno.
 pub type Result<T> = std::result::Result<T, Error>;
 
 #[cfg(test)]

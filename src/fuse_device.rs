@@ -2,8 +2,6 @@
 //! reason reaches the user: a missing device names the kernel module, a device the
 //! user may not open names its mode, its owner and the user, and the usual fixes.
 
-#![warn(missing_docs)]
-
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;

@@ -6,6 +6,7 @@
 
 use serde_json::{Map, Value};
 
+/// A JSON object, keys in logged order: an event, its `data`, a header.
 pub type JsonMap = Map<String, Value>;
 
 /// The largest integer JavaScript represents exactly (2^53 - 1).

@@ -24,6 +24,8 @@
 //! - [`cli`]: the command line; [`mountinfo`]: which mount is this daemon's
 //!   own; [`random`]: random identifiers from the kernel.
 
+#![warn(missing_docs)]
+
 pub mod bytes;
 pub mod catalog;
 pub mod cli;

@@ -13,7 +13,9 @@ pub struct MountEntry {
     pub id: u64,
     /// The device (`major:minor`); a FUSE mount's is its own connection's.
     pub device: String,
+    /// Where it is mounted, mountinfo's octal escapes undone.
     pub mount_point: PathBuf,
+    /// The filesystem type, from after the `-` separator (`fuse…` for a FUSE mount).
     pub fs_type: String,
 }
 
@@ -70,7 +72,9 @@ pub fn top_at(path: &Path) -> Option<MountEntry> {
 
 /// This daemon's mount, as recorded when it was made.
 pub struct OwnMount {
+    /// The mount point, canonicalized.
     pub path: PathBuf,
+    /// The mount's entry when it was made, compared with the top one before unmounting.
     pub entry: MountEntry,
 }
 

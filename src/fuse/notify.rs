@@ -3,8 +3,6 @@
 //! notification sent from inside a related request can deadlock, as the
 //! kernel may wait on a page or a name that request holds.
 
-#![warn(missing_docs)]
-
 use std::ffi::OsStr;
 use std::io;
 use std::sync::Arc;

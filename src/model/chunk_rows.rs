@@ -10,12 +10,16 @@ use crate::model::validate::CHUNK_TYPE;
 /// The three storage tags. They have no slash, so they never clash with event types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RowKind {
+    /// `text-chunks`: `text-delta` chunks, a member per delta's `text`.
     Text,
+    /// `reasoning-chunks`: `reasoning-delta` chunks, a member per delta's `text`.
     Reasoning,
+    /// `tool-call-chunks`: one call's `tool-call-delta` chunks, a member per `argumentsDelta`.
     ToolCall,
 }
 
 impl RowKind {
+    /// The kind a storage tag names; `None` for an event type or an unknown tag.
     pub fn from_tag(tag: &str) -> Option<RowKind> {
         match tag {
             "text-chunks" => Some(RowKind::Text),
@@ -25,6 +29,7 @@ impl RowKind {
         }
     }
 
+    /// The storage tag, stored where an event's type would be.
     pub fn tag(self) -> &'static str {
         match self {
             RowKind::Text => "text-chunks",
@@ -37,14 +42,18 @@ impl RowKind {
 /// Member limits: JSONL accepts any non-empty row; SQLite schema 17 owns 3..=1024.
 #[derive(Clone, Copy, Debug)]
 pub struct RowLimits {
+    /// The fewest members a row may hold.
     pub min_members: usize,
+    /// The most members a row may hold.
     pub max_members: usize,
 }
 
+/// JSONL accepts a packed row of any non-zero number of members.
 pub const JSONL_ROW_LIMITS: RowLimits = RowLimits {
     min_members: 1,
     max_members: usize::MAX,
 };
+/// SQLite schema 17 packs 3 to 1024 members per row (the Harness's writer partitioning).
 pub const SQLITE_ROW_LIMITS: RowLimits = RowLimits {
     min_members: 3,
     max_members: 1024,

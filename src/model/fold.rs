@@ -19,6 +19,7 @@ use crate::model::{Refusal, Scanned};
 /// What folding one stored event did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Folded {
+    /// What the event did to the surface.
     pub effect: SurfaceEffect,
     /// The stored event was in a legacy shape and is read converted (spec §15).
     pub converted: bool,
@@ -181,10 +182,12 @@ impl SessionFold {
         self.message_ids.shrink();
     }
 
+    /// How many stored events have been folded.
     pub fn event_count(&self) -> u64 {
         self.turns.len() as u64
     }
 
+    /// The surface folded so far: which seqs the model reads now.
     pub fn surface(&self) -> &SurfaceFold {
         &self.surface
     }
@@ -195,22 +198,27 @@ impl SessionFold {
         &self.turn_scan
     }
 
+    /// Whether each seq is inside a turn, for checking fork boundaries.
     pub fn turns(&self) -> &TurnBoundaries {
         &self.turns
     }
 
+    /// The latest `request/header` snapshot, in canonical form (spec §6.2).
     pub fn request_header(&self) -> Option<&Value> {
         self.request_header.as_ref()
     }
 
+    /// The `data` of the latest `request/context`.
     pub fn request_context(&self) -> Option<&Value> {
         self.request_context.as_ref()
     }
 
+    /// The latest `session/title`, as `foldSessionTitle` records it.
     pub fn title(&self) -> Option<&Value> {
         self.title.as_ref()
     }
 
+    /// The last folded event's time, in Unix milliseconds.
     pub fn last_time(&self) -> Option<i64> {
         self.last_time
     }

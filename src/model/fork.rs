@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use crate::json::{JsonMap, non_negative_safe_integer};
 use crate::model::header::SessionHeader;
 
+/// Why a fork at a boundary is refused, with the sentence to show.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ForkRefusal {
     /// Not an existing seq (`INVALID_BOUNDARY`).
@@ -33,6 +34,7 @@ pub struct TurnBoundaries {
 }
 
 impl TurnBoundaries {
+    /// Records the next stored event's type, in seq order.
     pub fn observe(&mut self, event_type: &str) {
         let open = match event_type {
             "turn/start" => true,
@@ -42,10 +44,12 @@ impl TurnBoundaries {
         self.open_after.push(open);
     }
 
+    /// How many events have been recorded.
     pub fn len(&self) -> usize {
         self.open_after.len()
     }
 
+    /// True before the first event is recorded.
     pub fn is_empty(&self) -> bool {
         self.open_after.is_empty()
     }

@@ -9,13 +9,21 @@ use crate::json::{JsonMap, is_negative_zero, non_negative_safe_integer, safe_int
 pub struct SessionHeader {
     /// The stored format version; only 0 can be read.
     pub version: Value,
+    /// The session id (`id`); a fold refuses a header whose id is not the session's.
     pub id: String,
+    /// When the session was created (`createdAt`), in Unix milliseconds.
     pub created_at: i64,
+    /// The working directory the session ran in (`cwd`); absolute when present.
     pub cwd: Option<String>,
+    /// For a fork child, the id of the session it was forked from (`parentSession`).
     pub parent_session: Option<String>,
+    /// For a fork child, how many parent events it was seeded with (`seedLength`).
     pub seed_length: Option<u64>,
+    /// `"subagent"` for a session a subagent ran, the only value allowed (`origin`).
     pub origin: Option<String>,
+    /// The subagent nesting depth (`delegationDepth`); unset is written as 0.
     pub delegation_depth: Option<u64>,
+    /// The name of the agent preset the session ran with (`agentPreset`).
     pub agent_preset: Option<String>,
 }
 

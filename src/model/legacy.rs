@@ -311,6 +311,7 @@ impl MessageIds {
         self.ids.shrink_to_fit();
     }
 
+    /// The message id recorded for event `seq`, if it had one.
     pub fn get(&self, seq: u64) -> Option<&str> {
         let at = self.ids.binary_search_by_key(&seq, |(s, _)| *s).ok()?;
         Some(&self.ids[at].1)

@@ -21,12 +21,16 @@ use crate::json::JsonMap;
 /// One stored event as a backend hands it to the fold.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Scanned {
+    /// Any other stored event, whole.
     Event(JsonMap),
     /// A streamed `assistant/chunk` other than a `finish`: its contents stay in
     /// the store and are fetched when its file is read.
     Chunk {
+        /// The chunk's `seq`.
         seq: u64,
+        /// The chunk's `time`, in Unix milliseconds.
         time: i64,
+        /// The turn and step the chunk names, to match it to its `step/start`.
         step: ChunkStep,
         /// The length of the event pretty-printed (`json::pretty_line`).
         size: u64,
@@ -37,7 +41,9 @@ pub enum Scanned {
 /// Harness's JS (the boundary rule of `steps/` matches them to a `step/start`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ChunkStep {
+    /// `data.turn`, as a JS number.
     pub turn: f64,
+    /// `data.step`, as a JS number.
     pub step: f64,
 }
 
@@ -45,13 +51,18 @@ pub struct ChunkStep {
 /// event's time and pretty-printed length.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChunkRun {
+    /// The seq of the run's first event; the others follow it without a gap.
     pub seq0: u64,
+    /// Each event's `time`, in Unix milliseconds.
     pub times: Vec<i64>,
+    /// Each event's pretty-printed length (`json::pretty_line`).
     pub sizes: Vec<u64>,
+    /// The turn and step every event of the run names.
     pub step: ChunkStep,
 }
 
 impl ChunkRun {
+    /// The run's events one by one, as a backend hands them to the fold.
     pub fn events(&self) -> impl Iterator<Item = Scanned> + '_ {
         (self.seq0..)
             .zip(self.times.iter().zip(&self.sizes))
@@ -75,7 +86,12 @@ pub enum Refusal {
     /// database busy past its timeout, a file removed mid-read): no verdict on
     /// its content, and the next access tries again. `error.rs` answers a
     /// reader according to `cause`.
-    Unavailable { cause: Cause, reason: String },
+    Unavailable {
+        /// What the store saw, which chooses the errno.
+        cause: Cause,
+        /// The sentence the user is shown.
+        reason: String,
+    },
 }
 
 /// Why a store cannot be read now, as the store saw it.
@@ -96,6 +112,7 @@ pub enum Cause {
 }
 
 impl Refusal {
+    /// The sentence the user is shown.
     pub fn message(&self) -> &str {
         match self {
             Refusal::Unsupported(m) | Refusal::Corrupt(m) => m,

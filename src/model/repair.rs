@@ -6,12 +6,17 @@ use serde_json::{Map, Value, json};
 
 use crate::json::{JsonMap, non_negative_safe_integer, safe_integer};
 
+/// The result text of a closer for a call whose `tool/call` was logged: it may have run,
+/// so a retry needs care.
 pub const TOOL_OUTCOME_UNKNOWN_TEXT: &str = "The tool call was interrupted after it was recorded, but no result was durably recorded. Its outcome is unknown. Decide whether to retry from the tool semantics: retry only if the operation is read-only or idempotent; if it may have side effects, first verify external state or ask the user. Do not retry blindly.";
+/// The result text of a closer for a call the model asked for that was never logged as
+/// started.
 pub const TOOL_NOT_STARTED_TEXT: &str = "The tool call was interrupted before the Harness recorded it as started. Retry it if it is still needed.";
 
 /// One tool call of the open step without a result.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolCall {
+    /// The id the model gave the call (its `tool-call` block's `id`).
     pub call_id: String,
     /// The tool's name, as the model asked for it.
     pub name: String,
@@ -38,6 +43,7 @@ pub struct TurnScan {
 }
 
 impl TurnScan {
+    /// Follows the next stored event, legacy shapes already converted.
     pub fn observe(&mut self, event: &JsonMap) {
         let seq = event
             .get("seq")

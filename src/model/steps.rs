@@ -25,12 +25,14 @@ use crate::model::{ChunkStep, Scanned};
 /// How a call's first response was logged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResponseKind {
+    /// The call's first `assistant/chunk`.
     Chunk,
     /// A stream that gave no chunk still logs an (empty) `assistant/message`.
     Message,
 }
 
 impl ResponseKind {
+    /// The event type of that first response.
     pub fn event_type(self) -> &'static str {
         match self {
             ResponseKind::Chunk => crate::model::validate::CHUNK_TYPE,
@@ -42,11 +44,13 @@ impl ResponseKind {
 /// One model call of a step.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelCall {
-    /// `data.turn` and `data.step` of the step's `step/start`.
+    /// `data.turn` of the step's `step/start`.
     pub turn: Value,
+    /// `data.step` of the step's `step/start`.
     pub step: Value,
     /// 1 for the first call of the step; retries count on.
     pub call: u32,
+    /// The seq of the step's `step/start`.
     pub step_start_seq: u64,
     /// The call's first response event, `None` when the step logged none.
     pub response: Option<(u64, ResponseKind)>,
@@ -54,8 +58,9 @@ pub struct ModelCall {
     pub boundary_seq: u64,
     /// `reason.kind` of the call's `finish` chunk, once logged.
     pub finish: Option<String>,
-    /// The last `request/header` and `request/context` in the prefix.
+    /// The seq of the last `request/header` in the prefix.
     pub header_seq: Option<u64>,
+    /// The seq of the last `request/context` in the prefix.
     pub context_seq: Option<u64>,
 }
 

@@ -15,16 +15,27 @@ use crate::model::validate::is_surface_type;
 /// How a surface event joins the surface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SurfaceOp {
+    /// Adds the event as a new node at the end.
     Append,
-    Replace { start: u64, end: u64 },
+    /// Swaps the current nodes from `start` to `end` (inclusive) for the event.
+    Replace {
+        /// The seq of the first node replaced.
+        start: u64,
+        /// The seq of the last node replaced.
+        end: u64,
+    },
 }
 
 /// One committed replacement, as the Harness's full fold reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Replacement {
+    /// The replacing event's seq.
     pub seq: u64,
+    /// The seq of the first node it replaced.
     pub start: u64,
+    /// The seq of the last node it replaced.
     pub end: u64,
+    /// Every node it replaced, in surface order.
     pub shadowed: Vec<u64>,
 }
 
@@ -33,10 +44,14 @@ pub struct Replacement {
 pub enum SurfaceEffect {
     /// Not a surface event (log-only).
     None,
+    /// Added as a new node at the end.
     Appended,
+    /// Replaced a range of nodes.
     Replaced(Replacement),
 }
 
+/// The running surface fold of one session: the current nodes, and what later
+/// replacements are checked against.
 #[derive(Clone, Debug, Default)]
 pub struct SurfaceFold {
     nodes: Vec<u64>,
@@ -53,10 +68,13 @@ pub struct SurfaceFold {
 }
 
 impl SurfaceFold {
+    /// The seqs on the surface now, in order.
     pub fn nodes(&self) -> &[u64] {
         &self.nodes
     }
 
+    /// How many replacements have landed: it changes whenever the surface is rewritten
+    /// rather than extended.
     pub fn replace_generation(&self) -> u64 {
         self.replace_generation
     }
@@ -187,6 +205,8 @@ impl SurfaceFold {
     }
 }
 
+/// Parses a `surfaceOp`: `"append"`, or exactly `{op: "replace", start, end}`; `None` for
+/// any other value.
 pub fn parse_op(value: &Value) -> Option<SurfaceOp> {
     match value {
         Value::String(s) if s == "append" => Some(SurfaceOp::Append),

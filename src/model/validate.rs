@@ -62,6 +62,7 @@ pub const KNOWN_EVENT_TYPES: [&str; 48] = [
     "web/deepseek-search-llm-request",
 ];
 
+/// True for the event types of the reference Harness build ([`KNOWN_EVENT_TYPES`]).
 pub fn is_known_type(event_type: &str) -> bool {
     KNOWN_EVENT_TYPES.contains(&event_type)
 }

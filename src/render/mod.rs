@@ -1,8 +1,6 @@
 //! The bytes of generated files. Every renderer produces complete bytes, so a
 //! file's exact size is known before its first read.
 
-#![warn(missing_docs)]
-
 pub mod catalog;
 pub mod event_file;
 pub mod markdown;

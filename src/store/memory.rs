@@ -15,17 +15,20 @@ use crate::store::{
 };
 use crate::sync;
 
+/// Fork children not yet written to the store: each one's header and events, by id.
 #[derive(Default)]
 pub struct MemoryStore {
     sessions: RwLock<HashMap<String, (SessionHeader, Vec<JsonMap>)>>,
 }
 
 impl MemoryStore {
+    /// Serves a session from memory until it is durable (replacing one of the same id).
     pub fn insert(&self, header: SessionHeader, events: Vec<JsonMap>) {
         let mut sessions = sync::write(&self.sessions);
         sessions.insert(header.id.clone(), (header, events));
     }
 
+    /// Stops serving a session from memory, once the store holds it.
     pub fn remove(&self, id: &str) {
         sync::write(&self.sessions).remove(id);
     }

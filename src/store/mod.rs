@@ -46,6 +46,7 @@ impl SessionKey {
 pub struct Listing {
     /// The session id (from the header when readable, else decoded from the path).
     pub id: String,
+    /// How the backend finds the session again.
     pub key: SessionKey,
     /// The stored header, or why it could not be read.
     pub header: Result<SessionHeader, String>,
@@ -118,8 +119,11 @@ impl Revision {
 /// frame's plaintext (zstd only); `member` is the event's index in a packed row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventLoc {
+    /// The line's or frame's byte offset, or the row's first seq.
     pub record: u64,
+    /// The line's offset in the frame's plaintext (zstd only).
     pub within: u32,
+    /// The event's index in a packed row.
     pub member: u32,
 }
 
@@ -144,7 +148,10 @@ pub enum ScanEnd {
     Complete,
     /// A tail that was never completely written was left out (it is not an error:
     /// a crash, or a write still in progress).
-    Torn { at: String },
+    Torn {
+        /// Where the torn tail starts, as messages say it (`byte 1234 (...)`, `seq 41`).
+        at: String,
+    },
 }
 
 /// How a checkpoint after a flush went: whether the store's main file now holds
@@ -156,7 +163,12 @@ pub enum Checkpoint {
     NotNeeded,
     /// A passive checkpoint copied `copied` of the `frames` frames in the WAL
     /// into the database file; a reader or writer holds back the rest.
-    Passive { frames: u64, copied: u64 },
+    Passive {
+        /// Frames in the WAL.
+        frames: u64,
+        /// How many of them are now in the database file.
+        copied: u64,
+    },
     /// Another connection was checkpointing; nothing was waited for.
     Busy,
 }

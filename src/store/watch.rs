@@ -41,6 +41,7 @@ pub struct Watcher {
 }
 
 impl Watcher {
+    /// A fresh inotify instance, non-blocking and closed on exec.
     pub fn new() -> io::Result<Watcher> {
         // SAFETY: inotify_init1 has no preconditions; a descriptor is returned or -1.
         let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
@@ -72,6 +73,7 @@ impl Watcher {
         Ok(wd)
     }
 
+    /// Stops a watch; an unknown one is ignored.
     pub fn unwatch(&self, watch: i32) {
         // SAFETY: a valid descriptor; an unknown watch is refused harmlessly.
         unsafe { libc::inotify_rm_watch(self.fd.as_raw_fd(), watch) };

@@ -6,6 +6,7 @@ use std::io::{self, Read};
 use std::ops::ControlFlow;
 use std::sync::mpsc;
 
+/// The magic number that starts every zstd frame (little-endian on disk).
 pub const FRAME_MAGIC: u32 = 0xFD2F_B528;
 
 /// The largest plaintext one frame may decode to. A frame that claims or yields
@@ -101,6 +102,7 @@ pub struct FrameDecoder {
 }
 
 impl FrameDecoder {
+    /// A fresh decoder; `Err` when zstd cannot make a context.
     pub fn new() -> Result<FrameDecoder, String> {
         Ok(FrameDecoder {
             raw: zstd::stream::raw::Decoder::new().map_err(|e| e.to_string())?,
@@ -161,14 +163,18 @@ pub struct FrameReader<R> {
 /// The next piece of an artifact.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
+    /// A complete frame's bytes.
     Complete(&'a [u8]),
     /// The bytes from here to the end are an incomplete final frame.
     Torn(&'a [u8]),
+    /// The bytes here are not a zstd frame, or one too long to accept.
     Corrupt(String),
+    /// No bytes are left.
     End,
 }
 
 impl<R: Read> FrameReader<R> {
+    /// A reader of `source`'s frames, from its current position.
     pub fn new(source: R) -> FrameReader<R> {
         FrameReader {
             source,
@@ -178,6 +184,7 @@ impl<R: Read> FrameReader<R> {
         }
     }
 
+    /// The next frame, without decompressing it; read errors of `source` pass through.
     pub fn next_frame(&mut self) -> std::io::Result<Frame<'_>> {
         loop {
             let available = &self.buffer[self.start..];
@@ -232,7 +239,9 @@ pub enum FramesEnd {
 
 /// Either what the reader stopped with, or how the artifact ended.
 pub enum Frames<T> {
+    /// The frame callback broke with this value.
     Stopped(T),
+    /// The callback never broke: how the frames ended.
     Ended(FramesEnd),
 }
 

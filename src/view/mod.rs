@@ -6,8 +6,6 @@
 //! last pass stopped. Other files are rendered on demand from the index,
 //! fetching the events they need, and cached until the session changes.
 
-#![warn(missing_docs)]
-
 mod index;
 mod progress;
 mod steps;

@@ -24,7 +24,9 @@ use record::decode_events;
 use write::Encoding;
 use zstd::CachedFrame;
 
+/// The file name of a raw log in a session directory.
 pub const RAW_NAME: &str = "session.jsonl";
+/// The file name of a zstd-compressed log in a session directory.
 pub const ZSTD_NAME: &str = "session.jsonl.zstd";
 
 /// The longest record (line) accepted; a longer one is refused, so a hostile file
@@ -37,6 +39,7 @@ const MAX_HEADER_BYTES: usize = 1 << 20;
 /// second thread; below it, starting the thread costs more than it saves.
 const DECODE_AHEAD_BYTES: u64 = 1 << 20;
 
+/// A JSONL store, rooted at a directory of project directories.
 pub struct JsonlStore {
     root: PathBuf,
     /// The last decompressed zstd frame, so fetching neighbouring events does not
@@ -88,6 +91,8 @@ fn check_not_shorter(path: &Path, file: &File, from: &ScanPoint) -> Result<(), R
 }
 
 impl JsonlStore {
+    /// Opens the store at `root`, which must be a directory that can be listed; `Err` is
+    /// the sentence to show.
     pub fn open(root: &Path) -> Result<JsonlStore, String> {
         let root = root
             .canonicalize()
@@ -102,6 +107,7 @@ impl JsonlStore {
         })
     }
 
+    /// The store's root directory, canonicalized.
     pub fn root(&self) -> &Path {
         &self.root
     }

@@ -41,6 +41,8 @@ pub struct RowEncoder {
 }
 
 impl RowEncoder {
+    /// An encoder for `schema`'s rows, with a zstd compressor set up as the Harness's
+    /// (level 3, content size, no checksum).
     pub fn new(schema: Schema) -> io::Result<RowEncoder> {
         // As the Harness: level 3, a content size, no checksum.
         let mut compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
@@ -162,6 +164,7 @@ impl NewSession {
             .map_err(|reason| invalid_input(format!("cannot store the session header: {reason}")))
     }
 
+    /// Inserts the `sessions` row.
     pub fn insert(&self, connection: &Connection) -> rusqlite::Result<()> {
         connection
             .prepare_cached(INSERT_SESSION)?

@@ -72,7 +72,9 @@ pub(super) const INSERT_EVENT_14: &str = "INSERT INTO events (session_id, seq, t
 /// chunk rows, zstd BLOBs, varint seq lists).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schema {
+    /// Schema 14: one JSON-text row per event.
     V14,
+    /// Schema 17: packed chunk rows, zstd BLOBs, varint seq lists.
     V17,
 }
 
