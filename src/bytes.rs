@@ -211,6 +211,23 @@ impl Bytes {
         true
     }
 
+    /// A 64-bit digest (FNV-1a) of the first `len` bytes, or `None` when there
+    /// are fewer: what is kept of a file shown once its bytes are let go, so a
+    /// later version can still be told to extend it or not.
+    pub fn prefix_digest(&self, len: usize) -> Option<u64> {
+        if len > self.len() {
+            return None;
+        }
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        self.visit(0..len, |part| {
+            for &byte in part {
+                hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+            true
+        });
+        Some(hash)
+    }
+
     /// True when `prefix` is a prefix of these bytes. Pieces both hold at the
     /// same offset (a snapshot's segments) are skipped unread, so checking a
     /// growing file against an earlier snapshot of it reads no more than that
@@ -243,6 +260,19 @@ mod tests {
             bytes.tail_mut().extend(std::iter::repeat_n(k as u8, len));
         }
         bytes
+    }
+
+    #[test]
+    fn a_prefix_digest_tells_an_extension_from_a_rewrite() {
+        let old = appended(&[SEGMENT, 10]);
+        let digest = old.prefix_digest(old.len()).unwrap();
+        let mut grown = old.clone();
+        grown.tail_mut().extend_from_slice(b"more");
+        assert_eq!(grown.prefix_digest(old.len()), Some(digest));
+        let mut rewritten = appended(&[SEGMENT, 9]);
+        rewritten.tail_mut().extend_from_slice(b"xy");
+        assert_ne!(rewritten.prefix_digest(old.len()), Some(digest));
+        assert_eq!(appended(&[3]).prefix_digest(4), None);
     }
 
     #[test]

@@ -236,7 +236,6 @@ fn status_is_sized_exactly_and_an_open_descriptor_keeps_its_line() {
 }
 
 #[test]
-#[ignore = "issue 29: a rewritten file is not yet moved to a new inode"]
 fn a_rewritten_status_is_a_new_inode() {
     let copy = store_copy("jsonl");
     let mount = Mount::new(&copy.path, &["-o", "grace=600"]);

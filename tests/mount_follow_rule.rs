@@ -324,19 +324,16 @@ fn descriptors_follow_the_rule(kind: Kind) {
 }
 
 #[test]
-#[ignore = "issue 29 open: index.jsonl, surface.jsonl and header.json are rewritten under the same inode (closers giving way, a compaction, a title), so fstat and an old descriptor disagree"]
 fn jsonl_descriptors_read_on_or_see_a_new_inode() {
     descriptors_follow_the_rule(Kind::Jsonl);
 }
 
 #[test]
-#[ignore = "issue 29 open: index.jsonl, surface.jsonl and header.json are rewritten under the same inode (closers giving way, a compaction, a title), so fstat and an old descriptor disagree"]
 fn zstd_descriptors_read_on_or_see_a_new_inode() {
     descriptors_follow_the_rule(Kind::Zstd);
 }
 
 #[test]
-#[ignore = "issue 29 open: index.jsonl, surface.jsonl and header.json are rewritten under the same inode (closers giving way, a compaction, a title), so fstat and an old descriptor disagree"]
 fn sqlite_descriptors_read_on_or_see_a_new_inode() {
     descriptors_follow_the_rule(Kind::Sqlite);
 }
@@ -397,7 +394,6 @@ fn after_last_reopen(output: &str) -> &str {
 }
 
 #[test]
-#[ignore = "issue 29 open: index.jsonl and surface.jsonl are rewritten under the same inode, so tail -F never reopens"]
 fn tail_capital_f_ends_with_the_final_index_and_surface() {
     let kind = Kind::Jsonl;
     let copy = store_copy(kind.fixture());

@@ -99,7 +99,7 @@ impl SessionFs {
                 Ok(self.make_attr(ino, Kind::File, size, perm, self.started))
             }
             Ino::Session(number, node) => match self.session_attr(number, node) {
-                Err(Error::Stale(why)) => self.held_transcript_attr(ino).ok_or(Error::Stale(why)),
+                Err(Error::Stale(why)) => self.held_attr(ino).ok_or(Error::Stale(why)),
                 attr => attr,
             },
         }
@@ -157,10 +157,16 @@ impl SessionFs {
                 _ => {
                     let which = super::file_id(node)
                         .ok_or_else(|| Error::IsDir("not a regular file".into()))?;
-                    // An event's size is kept from the scan: nothing is rendered.
-                    let size = view.file_size(which).ok_or_else(|| {
-                        Error::NotFound(format!("{} has no such file", slot.name))
-                    })??;
+                    let missing = || Error::NotFound(format!("{} has no such file", slot.name));
+                    let size = match node.rewritable() {
+                        // Rendered anyway to be sized: shown, so a rewrite moves it.
+                        Some(_) => {
+                            let content = view.file(which).ok_or_else(missing)??;
+                            self.shown(&slot, node, content)?.bytes.len() as u64
+                        }
+                        // An event's size is kept from the scan: nothing is rendered.
+                        None => view.file_size(which).ok_or_else(missing)??,
+                    };
                     let mtime = match node {
                         Node::Event(seq) => view
                             .indexed()
@@ -178,9 +184,9 @@ impl SessionFs {
     pub(super) fn present(&self, slot: &Slot, view: &SessionView, node: Node) -> bool {
         let readable = view.indexed().is_some();
         match node {
-            Node::Dir | Node::Children | Node::Flush | Node::Status => true,
-            Node::Header => view.header().is_some(),
-            Node::Events | Node::Surface | Node::Transcript(_) | Node::Index | Node::Fork => {
+            Node::Dir | Node::Children | Node::Flush | Node::Status(_) => true,
+            Node::Header(_) => view.header().is_some(),
+            Node::Events | Node::Surface(_) | Node::Transcript(_) | Node::Index(_) | Node::Fork => {
                 readable
             }
             Node::Error => !readable,

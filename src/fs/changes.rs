@@ -97,7 +97,10 @@ impl SessionFs {
                 refreshed |= self.repair(&slot, view);
             }
             if refreshed {
-                changes.inodes.extend(session_inodes(number, view));
+                let generations = self.views.generations(number);
+                changes
+                    .inodes
+                    .extend(session_inodes(number, view, generations));
             }
             if view.indexed().is_some() != was_readable {
                 // `error` and the views swap places: cached names would lie.

@@ -32,30 +32,109 @@ const CHILD_BASE: u64 = 2 << 32;
 const CALL_BASE: u64 = 3 << 32;
 const CALL_FILE_BASE: u64 = 4 << 32;
 const TRANSCRIPT_BASE: u64 = 5 << 32;
+const REWRITTEN_BASE: u64 = 6 << 32;
+/// Bits of a rewritten file's generation in its inode number (beyond them,
+/// generations wrap: 2^28 rewrites of one file).
+const GENERATION_BITS: u32 = 28;
+const GENERATION_MASK: u64 = (1 << GENERATION_BITS) - 1;
+
+/// The files rewritten in place by the log (a compaction, a title, closers
+/// showing or giving way, a status line) that are not `transcript.md`: each
+/// rewrite that does not extend what was shown moves the file to a new inode,
+/// its next generation, as a file replaced by `rename` would. Generation 0 is
+/// the file's first inode, among the fixed ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rewritable {
+    /// `header.json`.
+    Header,
+    /// `surface.jsonl`.
+    Surface,
+    /// `index.jsonl`.
+    Index,
+    /// `status`.
+    Status,
+}
+
+impl Rewritable {
+    /// Every one, in the order of [`Rewritable::index`].
+    pub const ALL: [Rewritable; 4] = [
+        Rewritable::Header,
+        Rewritable::Surface,
+        Rewritable::Index,
+        Rewritable::Status,
+    ];
+
+    /// Its name in a session's directory.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rewritable::Header => "header.json",
+            Rewritable::Surface => "surface.jsonl",
+            Rewritable::Index => "index.jsonl",
+            Rewritable::Status => "status",
+        }
+    }
+
+    /// Its place in [`Rewritable::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The generation after `generation`: never 0 again (the fixed inode),
+    /// and within what an inode number holds.
+    pub fn next_generation(generation: u32) -> u32 {
+        match u64::from(generation) + 1 {
+            next if next > GENERATION_MASK => 1,
+            next => next as u32,
+        }
+    }
+
+    /// Its node in `generation`.
+    pub fn node(self, generation: u32) -> Node {
+        match self {
+            Rewritable::Header => Node::Header(generation),
+            Rewritable::Surface => Node::Surface(generation),
+            Rewritable::Index => Node::Index(generation),
+            Rewritable::Status => Node::Status(generation),
+        }
+    }
+}
+
+impl Node {
+    /// The rewritable file this node shows, with its generation.
+    pub fn rewritable(self) -> Option<(Rewritable, u32)> {
+        match self {
+            Node::Header(g) => Some((Rewritable::Header, g)),
+            Node::Surface(g) => Some((Rewritable::Surface, g)),
+            Node::Index(g) => Some((Rewritable::Index, g)),
+            Node::Status(g) => Some((Rewritable::Status, g)),
+            _ => None,
+        }
+    }
+}
 
 /// A node inside one session's directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Node {
     /// The session's directory.
     Dir,
-    /// `header.json`.
-    Header,
+    /// `header.json` in one generation (see [`Rewritable`]).
+    Header(u32),
     /// `events/`.
     Events,
-    /// `surface.jsonl`.
-    Surface,
+    /// `surface.jsonl` in one generation (see [`Rewritable`]).
+    Surface(u32),
     /// `transcript.md` in one lineage (mod 2^32).
     Transcript(u32),
-    /// `index.jsonl`.
-    Index,
+    /// `index.jsonl` in one generation (see [`Rewritable`]).
+    Index(u32),
     /// The `fork` control file.
     Fork,
     /// The session's `flush` control file.
     Flush,
     /// `error`, shown only for a session that cannot be read.
     Error,
-    /// `status`: what the session is doing now.
-    Status,
+    /// `status` in one generation: what the session is doing now.
+    Status(u32),
     /// The `parent` link.
     Parent,
     /// `children/`.
@@ -85,17 +164,17 @@ pub enum Ino {
 
 const FIXED: [(Node, u64); 12] = [
     (Node::Dir, 1),
-    (Node::Header, 2),
+    (Node::Header(0), 2),
     (Node::Events, 3),
-    (Node::Surface, 4),
-    (Node::Index, 6),
+    (Node::Surface(0), 4),
+    (Node::Index(0), 6),
     (Node::Fork, 7),
     (Node::Flush, 8),
     (Node::Error, 9),
     (Node::Parent, 10),
     (Node::Children, 11),
     (Node::Steps, 12),
-    (Node::Status, 13),
+    (Node::Status(0), 13),
 ];
 
 /// Mixed into the low 32 bits of a session's inode numbers. The kernel finds
@@ -119,6 +198,17 @@ impl Ino {
                     Node::Child(child) => CHILD_BASE | u64::from(child),
                     Node::Call(call) => CALL_BASE | u64::from(call),
                     Node::Transcript(lineage) => TRANSCRIPT_BASE | u64::from(lineage),
+                    node @ (Node::Header(g)
+                    | Node::Surface(g)
+                    | Node::Index(g)
+                    | Node::Status(g))
+                        if g != 0 =>
+                    {
+                        let (file, _) = node.rewritable().unwrap_or((Rewritable::Header, 0));
+                        REWRITTEN_BASE
+                            | (file.index() as u64) << GENERATION_BITS
+                            | (u64::from(g) & GENERATION_MASK)
+                    }
                     Node::CallFile(call, file) => {
                         let bit = u64::from(file == CallFile::Request);
                         CALL_FILE_BASE | (u64::from(call) & ((EVENT_BASE - 1) >> 1)) << 1 | bit
@@ -155,6 +245,15 @@ impl Ino {
                 Node::CallFile(call, file)
             }
             5 => Node::Transcript(u32::try_from(local & (EVENT_BASE - 1)).ok()?),
+            6 => {
+                let file = *Rewritable::ALL
+                    .get(((local & (EVENT_BASE - 1)) >> GENERATION_BITS) as usize)?;
+                let generation = (local & GENERATION_MASK) as u32;
+                if generation == 0 {
+                    return None;
+                }
+                file.node(generation)
+            }
             0 => FIXED.iter().find(|(_, l)| *l == local)?.0,
             _ => return None,
         };
@@ -163,17 +262,22 @@ impl Ino {
 }
 
 /// The inodes of a session whose content may have changed: its directory and
-/// the files generated from its whole log.
-pub fn session_inodes(number: u32, view: &SessionView) -> impl Iterator<Item = u64> + use<> {
+/// the files generated from its whole log, in their current generations.
+pub fn session_inodes(
+    number: u32,
+    view: &SessionView,
+    generations: [u32; 4],
+) -> impl Iterator<Item = u64> + use<> {
     let transcript = view.transcript_lineage().unwrap_or_default();
+    let [header, surface, index, status] = generations;
     [
         Node::Dir,
-        Node::Header,
+        Node::Header(header),
         Node::Events,
-        Node::Surface,
+        Node::Surface(surface),
         Node::Transcript(transcript as u32),
-        Node::Index,
-        Node::Status,
+        Node::Index(index),
+        Node::Status(status),
         Node::Steps,
     ]
     .into_iter()
@@ -203,6 +307,13 @@ mod tests {
             Ino::Session(7, Node::Transcript(0)),
             Ino::Session(7, Node::Transcript(1)),
             Ino::Session(7, Node::Transcript(u32::MAX)),
+            Ino::Session(7, Node::Header(0)),
+            Ino::Session(7, Node::Header(1)),
+            Ino::Session(7, Node::Surface(1)),
+            Ino::Session(7, Node::Index(1)),
+            Ino::Session(7, Node::Status(1)),
+            Ino::Session(7, Node::Status(0)),
+            Ino::Session(7, Node::Header((1 << 28) - 1)),
         ];
         let numbers: Vec<u64> = samples.iter().map(|i| i.encode()).collect();
         for (ino, n) in samples.iter().zip(&numbers) {
@@ -214,6 +325,8 @@ mod tests {
         assert_eq!(unique.len(), numbers.len());
         assert_eq!(Ino::decode(0), None);
         assert_eq!(Ino::decode(3), None);
+        assert_eq!(Rewritable::next_generation(0), 1);
+        assert_eq!(Rewritable::next_generation((1 << 28) - 1), 1);
     }
 
     #[test]
@@ -222,11 +335,18 @@ mod tests {
             .step_by(997)
             .chain([u32::from(u16::MAX), (1 << 24) - 2])
         {
-            for node in [Node::Dir, Node::Index, Node::Children, Node::Parent]
-                .into_iter()
-                .chain([0, 1, 77, (1 << 32) - 1].map(Node::Event))
-                .chain([0, 5, u32::MAX].map(Node::Child))
-                .chain([0, 5, u32::MAX].map(Node::Transcript))
+            for node in [
+                Node::Dir,
+                Node::Index(0),
+                Node::Index(7),
+                Node::Status(1 << 27),
+                Node::Children,
+                Node::Parent,
+            ]
+            .into_iter()
+            .chain([0, 1, 77, (1 << 32) - 1].map(Node::Event))
+            .chain([0, 5, u32::MAX].map(Node::Child))
+            .chain([0, 5, u32::MAX].map(Node::Transcript))
             {
                 let ino = Ino::Session(slot, node);
                 let number = ino.encode();

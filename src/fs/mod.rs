@@ -205,13 +205,14 @@ pub struct SessionFs {
 }
 
 const SESSION_FILES: [(&str, Node, Kind); 12] = [
-    ("header.json", Node::Header, Kind::File),
+    // Rewritable files are shown in their current generation (`SessionFs::current`).
+    ("header.json", Node::Header(0), Kind::File),
     ("events", Node::Events, Kind::Dir),
-    ("surface.jsonl", Node::Surface, Kind::File),
+    ("surface.jsonl", Node::Surface(0), Kind::File),
     // Shown in its current lineage (`SessionFs::current`).
     ("transcript.md", Node::Transcript(0), Kind::File),
-    ("index.jsonl", Node::Index, Kind::File),
-    ("status", Node::Status, Kind::File),
+    ("index.jsonl", Node::Index(0), Kind::File),
+    ("status", Node::Status(0), Kind::File),
     ("fork", Node::Fork, Kind::File),
     ("flush", Node::Flush, Kind::File),
     ("children", Node::Children, Kind::Dir),
@@ -303,15 +304,60 @@ impl SessionFs {
         self.sessions.get(number)
     }
 
-    /// A node of a session's directory as it is now: `transcript.md` in its
-    /// current lineage.
-    fn current(view: &SessionView, node: Node) -> Node {
+    /// A node of a session's directory as last shown: `transcript.md` in its
+    /// current lineage, a rewritable file in the generation last shown (a
+    /// rewrite since is found when the file is next produced).
+    fn current(&self, number: u32, view: &SessionView, node: Node) -> Node {
         match node {
             Node::Transcript(_) => {
                 Node::Transcript(view.transcript_lineage().unwrap_or_default() as u32)
             }
-            node => node,
+            node => match node.rewritable() {
+                Some((file, _)) => file.node(self.views.generations(number)[file.index()]),
+                None => node,
+            },
         }
+    }
+
+    /// A rewritable file's bytes as shown under `node`: its current bytes
+    /// when they extend what that generation showed, else ESTALE (the path
+    /// moved to the next generation; a descriptor keeps its own snapshot).
+    fn shown(&self, slot: &Slot, node: Node, content: Content) -> Result<Content> {
+        let Some((file, generation)) = node.rewritable() else {
+            return Ok(content);
+        };
+        if self.views.observe(slot.number, file, &content.bytes) == generation {
+            return Ok(content);
+        }
+        Err(Error::Stale(format!(
+            "{}/{} was rewritten (what it shows no longer extends what was shown); open it again",
+            slot.name,
+            file.name()
+        )))
+    }
+
+    /// A file's node in the session's directory as it is now: a rewritable
+    /// file's generation found by producing it.
+    fn node_now(&self, number: u32, node: Node) -> Result<Node> {
+        if let Node::Transcript(_) = node {
+            return self.transcript_node(number);
+        }
+        let (Some((file, _)), Some(which)) = (node.rewritable(), file_id(node)) else {
+            return Ok(node);
+        };
+        let slot = self.slot(number)?;
+        self.with_view(&slot, |view| {
+            if !self.present(&slot, view, node) {
+                return Ok(node);
+            }
+            match view.file(which) {
+                Some(Ok(content)) => {
+                    Ok(file.node(self.views.observe(number, file, &content.bytes)))
+                }
+                Some(Err(refusal)) => Err(Error::from(refusal)),
+                None => Ok(node),
+            }
+        })?
     }
 
     /// The names of a session's directory, each with the directory's inode.
@@ -390,7 +436,7 @@ impl SessionFs {
             }
             Self::check_current(&slot, view, node)?;
             match view.file(which) {
-                Some(content) => Ok(content?),
+                Some(content) => self.shown(&slot, node, content?),
                 None => Err(Error::NotFound(format!("{} has no such file", slot.name))),
             }
         })?
@@ -412,7 +458,10 @@ impl SessionFs {
     /// Refuses an inode of a transcript lineage that was rewritten since: its
     /// bytes are gone (a descriptor open on it keeps its own snapshot).
     fn check_current(slot: &Slot, view: &SessionView, node: Node) -> Result<()> {
-        if Self::current(view, node) == node {
+        let Node::Transcript(lineage) = node else {
+            return Ok(());
+        };
+        if view.transcript_lineage().unwrap_or_default() as u32 == lineage {
             return Ok(());
         }
         Err(Error::Stale(format!(
@@ -470,10 +519,7 @@ impl SessionFs {
                     .find(|(n, _, _)| *n == name)
                     .map(|(_, node, _)| *node)
                     .ok_or_else(|| Error::NotFound(format!("no file {name}")))?;
-                let node = match node {
-                    Node::Transcript(_) => self.transcript_node(number)?,
-                    node => node,
-                };
+                let node = self.node_now(number, node)?;
                 self.getattr(Ino::Session(number, node).encode())
             }
             Ino::Session(number, Node::Events) => {
@@ -521,7 +567,7 @@ impl SessionFs {
                         .filter(|(_, (_, node, _))| self.present(&slot, view, *node))
                         .take(limit)
                         .map(|(k, (name, node, kind))| DirEntry {
-                            ino: Ino::Session(number, Self::current(view, *node)).encode(),
+                            ino: Ino::Session(number, self.current(number, view, *node)).encode(),
                             kind: *kind,
                             name: name.to_string(),
                             next: k as u64 + 1,
@@ -658,17 +704,25 @@ pub fn is_rewritable(ino: u64) -> bool {
             Ino::RootFlush
                 | Ino::Session(
                     _,
-                    Node::Header
-                        | Node::Surface
+                    Node::Header(_)
+                        | Node::Surface(_)
                         | Node::Transcript(_)
-                        | Node::Index
-                        | Node::Status
+                        | Node::Index(_)
+                        | Node::Status(_)
                         | Node::Fork
                         | Node::Flush
                         | Node::CallFile(..)
                 )
         )
     )
+}
+
+/// Files that move to a new inode when rewritten ([`inode::Rewritable`]): the
+/// kernel may cache neither their attributes nor their names, so a path
+/// reaches the current generation at once, even while a descriptor holds an
+/// older one (whose `fstat` must still answer).
+pub fn moves_when_rewritten(ino: u64) -> bool {
+    matches!(Ino::decode(ino), Some(Ino::Session(_, node)) if node.rewritable().is_some())
 }
 
 /// Files read through the kernel's page cache, kept across opens: bytes only
@@ -685,12 +739,12 @@ pub fn is_session_dir(ino: u64) -> bool {
 /// The generated file a node shows, if it is one.
 fn file_id(node: Node) -> Option<FileId> {
     match node {
-        Node::Header => Some(FileId::Header),
-        Node::Surface => Some(FileId::Surface),
+        Node::Header(_) => Some(FileId::Header),
+        Node::Surface(_) => Some(FileId::Surface),
         Node::Transcript(_) => Some(FileId::Transcript),
-        Node::Index => Some(FileId::Index),
+        Node::Index(_) => Some(FileId::Index),
         Node::Error => Some(FileId::Error),
-        Node::Status => Some(FileId::Status),
+        Node::Status(_) => Some(FileId::Status),
         Node::Event(seq) => Some(FileId::Event(seq)),
         Node::CallFile(call, file) => Some(FileId::Call(call, file)),
         _ => None,

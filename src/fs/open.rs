@@ -127,14 +127,21 @@ impl SessionFs {
         Ok(attr)
     }
 
-    /// The attributes of a rewritten transcript's older lineage while a
-    /// descriptor still holds it (`fstat` comes without the descriptor).
-    pub(super) fn held_transcript_attr(&self, ino: u64) -> Option<Attr> {
-        let Some(Ino::Session(number, Node::Transcript(_))) = Ino::decode(ino) else {
+    /// The attributes of a rewritten file's older inode (a transcript's
+    /// lineage, another file's generation) while a descriptor still holds it
+    /// (`fstat` comes without the descriptor): the size of what it holds.
+    pub(super) fn held_attr(&self, ino: u64) -> Option<Attr> {
+        let Some(Ino::Session(number, node)) = Ino::decode(ino) else {
             return None;
         };
+        if !matches!(node, Node::Transcript(_)) && node.rewritable().is_none() {
+            return None;
+        }
         let content = self.handles.held(ino)?;
-        let current = Ino::Session(number, self.transcript_node(number).ok()?);
+        let current = Ino::Session(number, self.node_now(number, node).ok()?);
+        if current.encode() == ino {
+            return None;
+        }
         Some(Attr {
             ino,
             size: content.bytes.len() as u64,

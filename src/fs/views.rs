@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use super::cache::Lru;
 use super::follow::{Follow, Watched};
-use super::inode::session_inodes;
+use super::inode::{Rewritable, session_inodes};
 use super::paged::{Spill, Spilled, Spills, transcript_ino};
+use crate::bytes::Bytes;
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use crate::view::{Refused, ScanProgress, SessionSource, SessionView, State};
@@ -37,6 +38,54 @@ struct ViewSlot {
     progress: Mutex<Option<Arc<ScanProgress>>>,
     /// When the view was last brought up to date with the store.
     checked: Mutex<Option<Instant>>,
+    /// What was last shown of each rewritable file, kept while the session
+    /// is mounted so its generations never go back.
+    shown: Mutex<[Shown; 4]>,
+}
+
+/// What was last shown of one rewritable file: enough to tell whether its next
+/// version extends it (same inode) or rewrites it (the next generation).
+#[derive(Default)]
+struct Shown {
+    generation: u32,
+    last: Last,
+}
+
+#[derive(Default)]
+enum Last {
+    /// Never shown.
+    #[default]
+    Nothing,
+    /// The bytes, while the view is loaded (shared with its snapshots).
+    Bytes(Bytes),
+    /// A digest of them, once the view was dropped.
+    Digest { len: usize, digest: u64 },
+}
+
+impl Shown {
+    /// Takes `bytes` as the file shown now; returns its generation.
+    fn observe(&mut self, bytes: &Bytes) -> u32 {
+        let extends = match &self.last {
+            Last::Nothing => true,
+            Last::Bytes(old) => bytes.starts_with(old),
+            Last::Digest { len, digest } => bytes.prefix_digest(*len) == Some(*digest),
+        };
+        if !extends {
+            self.generation = Rewritable::next_generation(self.generation);
+        }
+        self.last = Last::Bytes(bytes.clone());
+        self.generation
+    }
+
+    /// The view was dropped: keep a digest instead of its bytes.
+    fn let_go(&mut self) {
+        if let Last::Bytes(bytes) = &self.last {
+            self.last = Last::Digest {
+                len: bytes.len(),
+                digest: bytes.prefix_digest(bytes.len()).unwrap_or_default(),
+            };
+        }
+    }
 }
 
 /// How to open a session's view, from what the table knows of it.
@@ -148,7 +197,8 @@ impl Views {
                     *checked = Some(Instant::now());
                     drop(checked);
                     if view.refresh() {
-                        lock(&self.stale).extend(session_inodes(number, view));
+                        let generations = self.generations(number);
+                        lock(&self.stale).extend(session_inodes(number, view, generations));
                     }
                 }
             }
@@ -179,6 +229,7 @@ impl Views {
                 Ok(mut view) => {
                     if let Some(dropped) = view.take() {
                         self.spill(victim, &slot, &dropped);
+                        lock(&slot.shown).iter_mut().for_each(Shown::let_go);
                     }
                     self.follow.unwatch_session(victim);
                 }
@@ -231,6 +282,7 @@ impl Views {
         let mut view = lock(&slot.view);
         change();
         *view = None;
+        lock(&slot.shown).iter_mut().for_each(Shown::let_go);
         drop(view);
         lock(&self.lru).remove(number);
         self.follow.unwatch_session(number);
@@ -289,6 +341,20 @@ impl Views {
     /// True while session `number`'s first scan runs.
     pub fn is_scanning(&self, number: u32) -> bool {
         lock(&self.slot(number).progress).is_some()
+    }
+
+    /// Takes `bytes` as what session `number`'s `file` shows now, and returns
+    /// the generation (the inode) that shows it: the same while each version
+    /// extends the last one shown, the next when one does not.
+    pub fn observe(&self, number: u32, file: Rewritable, bytes: &Bytes) -> u32 {
+        lock(&self.slot(number).shown)[file.index()].observe(bytes)
+    }
+
+    /// The generations of session `number`'s rewritable files as last shown.
+    pub fn generations(&self, number: u32) -> [u32; 4] {
+        let slot = self.slot(number);
+        let shown = lock(&slot.shown);
+        Rewritable::ALL.map(|file| shown[file.index()].generation)
     }
 
     /// Inodes found changed by requests since the last call.

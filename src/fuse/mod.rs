@@ -55,9 +55,14 @@ impl FuseAdapter {
     /// a lookup each. A rewritten `transcript.md` moves to a new inode under a
     /// name still cached: the old inode answers ESTALE, and the kernel then
     /// looks the name up again (a name cached for no time at all would drop the
-    /// inode, and its pages, at each use).
+    /// inode, and its pages, at each use). The other rewritten files are read
+    /// past the page cache and move to a new inode at a rewrite: their names
+    /// are not cached, so a `stat` of the path never meets the older inode a
+    /// descriptor still holds.
     fn entry_ttl(&self, ino: u64) -> Duration {
-        if crate::fs::is_session_dir(ino) {
+        if crate::fs::moves_when_rewritten(ino) {
+            Duration::ZERO
+        } else if crate::fs::is_session_dir(ino) {
             self.ttl.max(SESSION_DIR_TTL)
         } else {
             self.ttl

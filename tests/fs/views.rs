@@ -150,13 +150,51 @@ fn a_rewritten_file_keeps_the_snapshot_its_descriptor_opened() {
         SessionHeader::new("quiet", 1_772_457_300_000),
         events.clone(),
     );
-    let now = world.read_all(surface);
+    let moved = world.file("quiet", "surface.jsonl");
+    assert_ne!(moved, surface, "a rewritten file moves to a new inode");
+    let now = world.read_all(moved);
     assert!(!now.starts_with(&held), "the surface was rewritten");
     assert_eq!(
         read_handle(&world.fs, fh),
         held,
         "the descriptor keeps its snapshot"
     );
+    assert_eq!(
+        world.fs.getattr_open(surface, fh).expect("fstat").size,
+        held.len() as u64,
+        "fstat on the old descriptor is the size it reads"
+    );
+    assert_eq!(
+        world.fs.getattr(moved).expect("stat").size,
+        now.len() as u64
+    );
+    world.fs.release(fh);
+    assert!(
+        matches!(world.fs.getattr(surface), Err(Error::Stale(_))),
+        "the old inode, held by no descriptor, is stale: the kernel looks the name up again"
+    );
+}
+
+#[test]
+fn a_file_that_only_grows_keeps_its_inode_and_its_readers_read_on() {
+    let world = World::new(0, 0, config());
+    let events = &world.events;
+    let cut = first_of(events, "turn/end") + 1;
+    world.store.insert(
+        SessionHeader::new("growing", 1_772_457_300_000),
+        events[..cut].to_vec(),
+    );
+    let index = world.file("growing", "index.jsonl");
+    let (fh, _) = world.fs.open(index, false).expect("open");
+    let before = read_handle(&world.fs, fh);
+    world.store.insert(
+        SessionHeader::new("growing", 1_772_457_300_000),
+        events.clone(),
+    );
+    assert_eq!(world.file("growing", "index.jsonl"), index, "same inode");
+    let now = world.read_all(index);
+    assert!(now.len() > before.len() && now.starts_with(&before));
+    assert_eq!(read_handle(&world.fs, fh), now, "the descriptor reads on");
     world.fs.release(fh);
 }
 
@@ -250,4 +288,42 @@ fn a_rewritten_transcript_is_a_new_inode_and_the_old_one_keeps_its_descriptors()
     world.fs.release(fh);
     let error = world.fs.getattr(old).expect_err("the old lineage is gone");
     assert_eq!(error.errno(), libc::ESTALE, "{error}");
+}
+
+#[test]
+fn a_rewrite_while_the_view_was_dropped_still_moves_the_file_and_no_rewrite_keeps_it() {
+    // A 1-byte budget drops every view but the one in use.
+    let world = World::new(
+        2,
+        usize::MAX,
+        FsConfig {
+            cache_bytes: 1,
+            grace: Duration::ZERO,
+            ..config()
+        },
+    );
+    let events = &world.events;
+    let cut = first_of(events, "tool/call") + 1;
+    world.store.insert(
+        SessionHeader::new("quiet", 1_772_457_300_000),
+        events[..cut].to_vec(),
+    );
+    let surface = world.file("quiet", "surface.jsonl");
+    let shown = world.read_all(surface);
+    // Another session's use drops this view; nothing changed: same inode.
+    world.read_all(world.file(&name(0), "surface.jsonl"));
+    assert_eq!(world.file("quiet", "surface.jsonl"), surface);
+    assert_eq!(world.read_all(surface), shown);
+    // Dropped again, then rewritten (the closer gives way): a new inode.
+    world.read_all(world.file(&name(1), "surface.jsonl"));
+    world.store.insert(
+        SessionHeader::new("quiet", 1_772_457_300_000),
+        events.clone(),
+    );
+    let moved = world.file("quiet", "surface.jsonl");
+    assert_ne!(
+        moved, surface,
+        "the rewrite is found against what was shown"
+    );
+    assert!(!world.read_all(moved).starts_with(&shown));
 }
