@@ -148,7 +148,8 @@ impl SessionFs {
             let mtime = view.mtime();
             match node {
                 Node::Events | Node::Children | Node::Steps | Node::Call(_) => {
-                    Ok(self.make_attr(ino, Kind::Dir, 0, dir_perm(read_bits), mtime))
+                    let time = self.dir_time(&slot, view, node).map_or(mtime, time_of);
+                    Ok(self.make_attr(ino, Kind::Dir, 0, dir_perm(read_bits), time))
                 }
                 Node::Parent | Node::Child(_) => {
                     let target = self.symlink_target(view, node)?;
@@ -178,6 +179,41 @@ impl SessionFs {
                 }
             }
         })?
+    }
+
+    /// A directory's time: that of the last change to its entries, so a
+    /// directory whose entries did not change keeps its time while the log
+    /// grows (tar checks that). `events/` moves with every event; `children/`
+    /// with its newest child, `steps/` with its last model call, a call's
+    /// directory with its call; the session's creation while they are empty.
+    fn dir_time(&self, slot: &Slot, view: &SessionView, node: Node) -> Option<i64> {
+        let created = || lock(&slot.listed).created_at;
+        let indexed = view.indexed();
+        let call_time = |call: usize| {
+            let indexed = indexed?;
+            indexed.event_time(indexed.call(call)?.boundary_seq)
+        };
+        match node {
+            Node::Events => None,
+            Node::Children => Some(
+                self.sessions
+                    .children_of(&slot.id)
+                    .into_iter()
+                    .filter_map(|child| self.slot(child).ok())
+                    .map(|child| lock(&child.listed).created_at)
+                    .max()
+                    .unwrap_or_else(created),
+            ),
+            Node::Steps => {
+                let calls = indexed.map_or(0, |i| i.call_count());
+                Some(match calls {
+                    0 => created(),
+                    n => call_time(n - 1).unwrap_or_else(created),
+                })
+            }
+            Node::Call(call) => call_time(call as usize),
+            _ => None,
+        }
     }
 
     /// Whether a node exists in this session's directory.

@@ -25,6 +25,16 @@ impl SessionFs {
             root_names: self.sessions.take_removed(),
             names: Vec::new(),
         };
+        // A session added a moment ago is listed by the next `ls`. A write
+        // is seen while it lands (the WAL grows before its commit), so the
+        // store is asked once more shortly after the writes stop.
+        let added =
+            (round.data_changed || round.data_recheck) && self.sessions.added_since_listing();
+        if round.sessions_may_differ || added {
+            self.sessions.forget_listing_age();
+        } else if round.data_changed {
+            follow.recheck_data();
+        }
         if !round.store_names.is_empty() {
             self.store_dirs_changed(&round.store_names, &mut due, &mut changes);
         }

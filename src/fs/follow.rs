@@ -25,6 +25,9 @@ use crate::sync::lock;
 /// How often polled sessions are checked.
 pub const POLL_EVERY: Duration = Duration::from_millis(500);
 
+/// How soon the store's data is asked again after a write was seen landing.
+const DATA_RECHECK: Duration = Duration::from_millis(30);
+
 /// How long the follow thread sleeps at most when nothing is polled: inodes a
 /// request found changed are passed on to the kernel at the latest then.
 const IDLE_WAKE: Duration = Duration::from_secs(1);
@@ -46,6 +49,10 @@ pub struct Changes {
 struct Watches {
     /// Watches of the store's directories.
     dirs: HashSet<i32>,
+    /// Watches of session directories that had no log at the last listing
+    /// (the Harness makes the directory, then links its log in): a change in
+    /// one may be a new session.
+    awaiting: HashMap<i32, PathBuf>,
     /// Watches of session directories, and the slots each serves.
     sessions: HashMap<i32, Vec<u32>>,
     of_slot: HashMap<u32, i32>,
@@ -53,6 +60,9 @@ struct Watches {
     polled: HashSet<u32>,
     /// Sessions a round could not refresh (a request held the view).
     retry: HashSet<u32>,
+    /// The store's data is to be asked again soon (a write was seen while it
+    /// landed).
+    data_recheck: bool,
     last_poll: Option<Instant>,
 }
 
@@ -169,7 +179,9 @@ impl Follow {
         let polling = self.watcher.is_none() || repair;
         let (wait, retry) = {
             let watches = lock(&self.watches);
-            let wait = if !watches.retry.is_empty() {
+            let wait = if watches.data_recheck {
+                DATA_RECHECK
+            } else if !watches.retry.is_empty() {
                 Duration::from_millis(100)
             } else if polling || !watches.polled.is_empty() {
                 POLL_EVERY
@@ -185,17 +197,22 @@ impl Follow {
                 Vec::new()
             }
         };
+        let mut watches = lock(&self.watches);
         let mut round = Round {
             due: retry,
+            data_recheck: std::mem::take(&mut watches.data_recheck),
             ..Round::default()
         };
-        let mut watches = lock(&self.watches);
         for event in events {
             if event.overflow {
                 round.everything = true;
+                round.sessions_may_differ = true;
+            } else if watches.awaiting.contains_key(&event.watch) {
+                round.sessions_may_differ = true;
             } else if watches.dirs.contains(&event.watch) {
                 if store.is_data_change(&event.name) {
                     round.everything = true;
+                    round.data_changed = true;
                 } else {
                     round.store_names.push(event.name);
                 }
@@ -215,6 +232,45 @@ impl Follow {
         }
         watches.retry.clear();
         round
+    }
+
+    /// Watches `dirs`, the session directories the last listing found
+    /// without a log, instead of those it watched for that before.
+    pub fn watch_awaiting(&self, dirs: Vec<PathBuf>) {
+        let Some(watcher) = &self.watcher else { return };
+        let mut watches = lock(&self.watches);
+        let wanted: HashSet<&PathBuf> = dirs.iter().collect();
+        let gone: Vec<i32> = watches
+            .awaiting
+            .iter()
+            .filter(|(_, dir)| !wanted.contains(dir))
+            .map(|(&wd, _)| wd)
+            .collect();
+        for wd in gone {
+            watches.awaiting.remove(&wd);
+            // A watch another use shares (the same directory) stays.
+            if !watches.dirs.contains(&wd) && !watches.sessions.contains_key(&wd) {
+                watcher.unwatch(wd);
+            }
+        }
+        let known: HashSet<PathBuf> = watches.awaiting.values().cloned().collect();
+        for dir in dirs.into_iter().filter(|dir| !known.contains(dir)) {
+            match watcher.watch(&dir) {
+                Ok(wd) => {
+                    watches.awaiting.insert(wd, dir);
+                }
+                Err(e) => log::info!(
+                    "cannot watch {} ({e}); its session shows at the next listing",
+                    dir.display()
+                ),
+            }
+        }
+    }
+
+    /// Asks the next round, in [`DATA_RECHECK`], to look at the store's data
+    /// again though no change is reported.
+    pub fn recheck_data(&self) {
+        lock(&self.watches).data_recheck = true;
     }
 
     /// A session could not be refreshed this round (a request held its view):
@@ -243,4 +299,12 @@ pub struct Round {
     /// Names in the store's own directories that changed: sessions (or
     /// project directories) that may have been added or removed.
     pub store_names: Vec<String>,
+    /// A directory awaiting its log changed, or events were lost: the next
+    /// listing must ask the store.
+    pub sessions_may_differ: bool,
+    /// The store's data files were written (SQLite), which may have added a
+    /// session.
+    pub data_changed: bool,
+    /// A round asked to look at the store's data again ([`Follow::recheck_data`]).
+    pub data_recheck: bool,
 }

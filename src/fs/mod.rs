@@ -290,7 +290,16 @@ impl SessionFs {
     /// Lists the store again when the last listing is older than `max_age`,
     /// and acts on what it changed.
     fn relist(&self, max_age: Duration) {
-        let Relisted { removed, moved } = self.sessions.relist(max_age);
+        let Relisted {
+            listed,
+            removed,
+            moved,
+        } = self.sessions.relist(max_age);
+        if listed {
+            self.views
+                .follow()
+                .watch_awaiting(self.sessions.awaiting_dirs());
+        }
         for number in removed {
             self.views.forget(number);
         }

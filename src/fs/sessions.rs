@@ -196,11 +196,16 @@ pub(super) struct Sessions {
     relisting: Mutex<()>,
     /// Names of sessions removed from the store, for the kernel to forget.
     removed: Mutex<Vec<String>>,
+    /// The store's mark of added sessions as of the last listing (SQLite: the
+    /// highest rowid), so a write that added none lists nothing.
+    added: Mutex<Option<i64>>,
 }
 
 /// What a listing of the store changed that the caller must act on.
 #[derive(Default)]
 pub(super) struct Relisted {
+    /// The store was listed.
+    pub listed: bool,
     /// Slots removed from the store: stop following them.
     pub removed: Vec<u32>,
     /// Slots now stored under another artifact (or made durable): their views
@@ -216,6 +221,7 @@ impl Sessions {
             table: RwLock::default(),
             relisting: Mutex::default(),
             removed: Mutex::default(),
+            added: Mutex::default(),
         }
     }
 
@@ -248,12 +254,17 @@ impl Sessions {
             return Relisted::default();
         }
         let _listing = lock(&self.relisting);
+        // Taken before listing: a session added meanwhile moves it again.
+        let added = self.store.added_mark();
         let generation = {
             let mut table = self.table_mut();
             table.generation = table.generation.wrapping_add(1);
             table.generation
         };
-        let mut relisted = Relisted::default();
+        let mut relisted = Relisted {
+            listed: true,
+            ..Relisted::default()
+        };
         let listed = self.store.list_parts(&mut |mut part| {
             // Grouped by id without copying ids: a duplicate id is refused.
             part.sort_by(|a, b| a.id.cmp(&b.id));
@@ -327,7 +338,20 @@ impl Sessions {
         }
         table.listed_at = Some(Instant::now());
         table.listed_revision = revision;
+        *lock(&self.added) = added;
         relisted
+    }
+
+    /// True when the store has added a session since the last listing, as
+    /// far as it can tell cheaply (SQLite: one indexed read).
+    pub fn added_since_listing(&self) -> bool {
+        let now = self.store.added_mark();
+        now.is_some() && now != *lock(&self.added)
+    }
+
+    /// Session directories the last listing found without a log.
+    pub fn awaiting_dirs(&self) -> Vec<std::path::PathBuf> {
+        self.store.awaiting_dirs()
     }
 
     /// A session whose directory went from the store: removed when the store
