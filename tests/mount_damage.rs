@@ -198,15 +198,8 @@ fn one_id_in_two_artifacts_is_shown_once_naming_both() {
     std::fs::rename(root.join("other/_no-cwd-copy"), root.join("--elsewhere--")).expect("move");
     std::fs::remove_dir(root.join("other")).expect("rmdir");
     let mount = Mount::new(&root, &["-o", "grace=0"]);
-    let names: Vec<_> = std::fs::read_dir(mount.path())
-        .expect("root")
-        .map(|e| e.expect("e").file_name())
-        .collect();
-    assert_eq!(
-        names.len(),
-        2,
-        "one directory for the id, plus flush: {names:?}"
-    );
+    let names = common::session_names(mount.path());
+    assert_eq!(names.len(), 1, "one directory for the id: {names:?}");
     let error =
         std::fs::read_to_string(session_dir(mount.path(), NOTES).join("error")).expect("error");
     assert!(

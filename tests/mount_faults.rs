@@ -207,7 +207,7 @@ fn kill_during_fork_and_flush(store_name: &str, iterations: u32, budget: Duratio
         let names: Vec<String> = std::fs::read_dir(mount.path())
             .expect("root")
             .map(|e| e.expect("e").file_name().into_string().expect("u"))
-            .filter(|n| n != "flush")
+            .filter(|n| !common::ROOT_OWN.contains(&n.as_str()))
             .collect();
         let baseline: BTreeMap<String, Vec<(String, u64)>> = names
             .iter()
@@ -348,7 +348,7 @@ fn kill_during_fork_and_flush(store_name: &str, iterations: u32, budget: Duratio
         let present: BTreeSet<String> = std::fs::read_dir(fresh.path())
             .expect("root")
             .map(|e| e.expect("e").file_name().into_string().expect("u"))
-            .filter(|n| n != "flush" && !baseline.contains_key(n))
+            .filter(|n| !common::ROOT_OWN.contains(&n.as_str()) && !baseline.contains_key(n))
             .collect();
         for asked in &promised {
             assert!(

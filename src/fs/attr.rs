@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::inode::{Ino, Node};
+use super::inode::{Ino, Lists, Node};
 use super::names::mount_name;
 use super::sessions::Slot;
 use super::{Attr, Kind, SessionFs};
@@ -14,7 +14,7 @@ use crate::sync::lock;
 use crate::view::SessionView;
 
 /// A directory readable by a class can also be searched by it.
-fn dir_perm(read_bits: u16) -> u16 {
+pub(super) fn dir_perm(read_bits: u16) -> u16 {
     read_bits | (read_bits >> 2)
 }
 
@@ -70,7 +70,7 @@ impl SessionFs {
         bits
     }
 
-    fn root_read_bits(&self) -> u16 {
+    pub(super) fn root_read_bits(&self) -> u16 {
         match self.config.umask {
             Some(umask) => 0o444 & !umask,
             None => self.config.store_read_bits,
@@ -98,6 +98,10 @@ impl SessionFs {
                 let perm = self.control_perm(self.root_read_bits());
                 Ok(self.make_attr(ino, Kind::File, size, perm, self.started))
             }
+            Ino::Lists(entry) => match self.lists_attr(entry) {
+                Err(Error::Stale(why)) => self.held_attr(ino).ok_or(Error::Stale(why)),
+                attr => attr,
+            },
             Ino::Session(number, node) => match self.session_attr(number, node) {
                 Err(Error::Stale(why)) => self.held_attr(ino).ok_or(Error::Stale(why)),
                 attr => attr,
@@ -254,6 +258,10 @@ impl SessionFs {
 
     /// The target of a `parent` or `children/` link.
     pub fn readlink(&self, ino: u64) -> Result<String> {
+        if let Some(Ino::Lists(Lists::Link(number))) = Ino::decode(ino) {
+            self.lists_attr(Lists::Link(number))?;
+            return Ok(Self::link_target(&self.slot(number)?.name));
+        }
         let Some(Ino::Session(number, node @ (Node::Parent | Node::Child(_)))) = Ino::decode(ino)
         else {
             return Err(Error::Invalid("not a symlink".into()));

@@ -4,7 +4,10 @@
 //! names the same file:
 //!
 //! `ino = (slot + 1) << 40 | (local ^ spread(slot))`, with 0 in the top bits
-//! for the mount root's own entries (1 = the root, 2 = the root `flush` file),
+//! for the mount root's own entries (1 = the root, 2 = the root `flush` file,
+//! 3 = `sessions.jsonl`, 5 = `by-project/`, 6 = `by-date/`, `1 << 32 | n` a
+//! project's directory, `3 << 32 | n` a day's, `4 << 32 | slot` the link to a
+//! session in them, `7 << 32 | generation` a rewritten `sessions.jsonl`),
 //! and within a session `local` = 1 directory, 2..=13 its fixed files,
 //! `1 << 32 | seq` an event file, `2 << 32 | child slot` a symlink in
 //! `children/`, `3 << 32 | call` a call's directory in `steps/`,
@@ -151,6 +154,64 @@ pub enum Node {
     CallFile(u32, CallFile),
 }
 
+/// An entry of the root's lists of the sessions (`sessions.jsonl`,
+/// `by-project/`, `by-date/`), all made from the store's listing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lists {
+    /// `sessions.jsonl` in one generation (a rewrite moves it, as
+    /// [`Rewritable`] files move).
+    Catalog(u32),
+    /// `by-project/`.
+    ByProject,
+    /// `by-date/`.
+    ByDate,
+    /// A project's directory in `by-project/`, by the project's number.
+    Project(u32),
+    /// A day's directory in `by-date/`, by the day's number.
+    Day(u32),
+    /// The link to the session in slot `n`, in its project's and its day's
+    /// directory (both two levels below the root, so one target serves both).
+    Link(u32),
+}
+
+const CATALOG: u64 = 3;
+const BY_PROJECT: u64 = 5;
+const BY_DATE: u64 = 6;
+const PROJECT_BASE: u64 = 1 << 32;
+const DAY_BASE: u64 = 3 << 32;
+const LINK_BASE: u64 = 4 << 32;
+const CATALOG_BASE: u64 = 7 << 32;
+
+impl Lists {
+    fn encode(self) -> u64 {
+        match self {
+            Lists::Catalog(0) => CATALOG,
+            Lists::Catalog(generation) => CATALOG_BASE | u64::from(generation),
+            Lists::ByProject => BY_PROJECT,
+            Lists::ByDate => BY_DATE,
+            Lists::Project(n) => PROJECT_BASE | u64::from(n),
+            Lists::Day(n) => DAY_BASE | u64::from(n),
+            Lists::Link(slot) => LINK_BASE | u64::from(slot),
+        }
+    }
+
+    fn decode(ino: u64) -> Option<Lists> {
+        let low = (ino & (EVENT_BASE - 1)) as u32;
+        Some(match ino {
+            CATALOG => Lists::Catalog(0),
+            BY_PROJECT => Lists::ByProject,
+            BY_DATE => Lists::ByDate,
+            _ => match ino >> 32 {
+                1 => Lists::Project(low),
+                3 => Lists::Day(low),
+                4 => Lists::Link(low),
+                7 if low != 0 => Lists::Catalog(low),
+                _ => return None,
+            },
+        })
+    }
+}
+
 /// What an inode number names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ino {
@@ -158,6 +219,8 @@ pub enum Ino {
     Root,
     /// The root's `flush` file.
     RootFlush,
+    /// An entry of the root's lists of the sessions.
+    Lists(Lists),
     /// A node of the session in slot `n`.
     Session(u32, Node),
 }
@@ -192,6 +255,7 @@ impl Ino {
         match self {
             Ino::Root => ROOT,
             Ino::RootFlush => ROOT_FLUSH,
+            Ino::Lists(entry) => entry.encode(),
             Ino::Session(slot, node) => {
                 let local = match node {
                     Node::Event(seq) => EVENT_BASE | (seq & (EVENT_BASE - 1)),
@@ -228,6 +292,7 @@ impl Ino {
         match ino {
             ROOT => return Some(Ino::Root),
             ROOT_FLUSH => return Some(Ino::RootFlush),
+            ino if ino >> SLOT_SHIFT == 0 => return Lists::decode(ino).map(Ino::Lists),
             _ => {}
         }
         let slot = u32::try_from((ino >> SLOT_SHIFT).checked_sub(1)?).ok()?;
@@ -314,6 +379,17 @@ mod tests {
             Ino::Session(7, Node::Status(1)),
             Ino::Session(7, Node::Status(0)),
             Ino::Session(7, Node::Header((1 << 28) - 1)),
+            Ino::Lists(Lists::Catalog(0)),
+            Ino::Lists(Lists::Catalog(1)),
+            Ino::Lists(Lists::Catalog(u32::MAX)),
+            Ino::Lists(Lists::ByProject),
+            Ino::Lists(Lists::ByDate),
+            Ino::Lists(Lists::Project(0)),
+            Ino::Lists(Lists::Project(u32::MAX)),
+            Ino::Lists(Lists::Day(0)),
+            Ino::Lists(Lists::Day(9)),
+            Ino::Lists(Lists::Link(0)),
+            Ino::Lists(Lists::Link(99_999)),
         ];
         let numbers: Vec<u64> = samples.iter().map(|i| i.encode()).collect();
         for (ino, n) in samples.iter().zip(&numbers) {
@@ -324,7 +400,7 @@ mod tests {
         unique.dedup();
         assert_eq!(unique.len(), numbers.len());
         assert_eq!(Ino::decode(0), None);
-        assert_eq!(Ino::decode(3), None);
+        assert_eq!(Ino::decode(4), None, "kept for `latest`");
         assert_eq!(Rewritable::next_generation(0), 1);
         assert_eq!(Rewritable::next_generation((1 << 28) - 1), 1);
     }

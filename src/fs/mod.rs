@@ -46,14 +46,17 @@ mod cache;
 mod changes;
 pub mod control;
 pub mod follow;
+mod groups;
 mod handles;
 mod names;
 mod open;
 pub use handles::{Caching, ReadData};
 pub mod inode;
+mod lists;
 pub mod paged;
 mod sessions;
 pub mod setattr;
+mod shown;
 mod steps;
 mod streaming;
 mod views;
@@ -71,7 +74,7 @@ use crate::store::{Backend, Listing, SessionKey};
 use crate::sync::lock;
 use crate::view::{Content, FileId, Refused, SessionView};
 use follow::Watched;
-use inode::{Ino, Node};
+use inode::{Ino, Lists, Node};
 use paged::{Spill, Spilled};
 use sessions::{Relisted, Sessions, Slot};
 use views::{Opening, Views};
@@ -434,8 +437,10 @@ impl SessionFs {
     /// file asks with `Duration::ZERO`, so the next read after an append
     /// returns its bytes (a check costs a `stat`, or one row).
     fn file(&self, ino: Ino, max_age: Duration) -> Result<Content> {
-        let Ino::Session(number, node) = ino else {
-            return Err(Error::IsDir("not a file".into()));
+        let (number, node) = match ino {
+            Ino::Session(number, node) => (number, node),
+            Ino::Lists(entry) => return self.catalog_file(entry),
+            _ => return Err(Error::IsDir("not a file".into())),
         };
         let which = file_id(node).ok_or_else(|| Error::IsDir("not a regular file".into()))?;
         let slot = self.slot(number)?;
@@ -514,6 +519,9 @@ impl SessionFs {
                 if name == "flush" {
                     return self.getattr(inode::ROOT_FLUSH);
                 }
+                if let Some(list) = self.root_list(name) {
+                    return self.getattr(Ino::Lists(list).encode());
+                }
                 // New sessions must appear at once: ask the store on a miss.
                 let number = self
                     .sessions
@@ -545,6 +553,7 @@ impl SessionFs {
             Ino::Session(number, node @ (Node::Steps | Node::Call(_))) => {
                 self.steps_lookup(number, node, name)
             }
+            Ino::Lists(list) => self.lists_lookup(list, name),
             Ino::Session(number, Node::Children) => {
                 let slot = self.slot(number)?;
                 self.relist(self.config.relist);
@@ -566,6 +575,7 @@ impl SessionFs {
     pub fn readdir(&self, ino: u64, offset: u64, limit: usize) -> Result<Vec<DirEntry>> {
         match Ino::decode(ino).ok_or_else(|| Error::NotFound(format!("unknown inode {ino}")))? {
             Ino::Root => Ok(self.list_root(offset, limit)),
+            Ino::Lists(dir) => self.lists_readdir(dir, offset, limit),
             Ino::Session(number, Node::Dir) => {
                 let slot = self.slot(number)?;
                 let entries = self.with_view(&slot, |view| {
@@ -638,31 +648,43 @@ impl SessionFs {
         }
     }
 
-    /// The root: `flush` at offset 0, then session slot `k` at offset `k + 1`.
-    /// Slots are only appended, so an offset keeps naming the same entry while
-    /// sessions appear mid-listing; sessions gone from the store are skipped.
+    /// The root: `flush` at offset 0, the lists at 1 to 3, then session slot
+    /// `k` at offset `k + 4`. Slots are only appended, so an offset keeps
+    /// naming the same entry while sessions appear mid-listing; sessions gone
+    /// from the store are skipped.
     fn list_root(&self, offset: u64, limit: usize) -> Vec<DirEntry> {
         if offset == 0 {
             // A listing from the start shows the store as it is now.
             self.relist(self.config.relist);
         }
-        let mut entries = Vec::with_capacity(limit.min(1024));
-        if offset == 0 && limit > 0 {
-            entries.push(DirEntry {
-                ino: inode::ROOT_FLUSH,
-                kind: Kind::File,
-                name: "flush".into(),
-                next: 1,
-            });
-        }
-        let first_slot = offset.saturating_sub(1) as usize;
+        let own = std::iter::once(("flush", inode::ROOT_FLUSH, Kind::File)).chain(
+            lists::ROOT_LISTS.iter().map(|(name, list, kind)| {
+                let list = match list {
+                    Lists::Catalog(_) => Lists::Catalog(self.sessions.catalog_generation()),
+                    list => *list,
+                };
+                (*name, Ino::Lists(list).encode(), *kind)
+            }),
+        );
+        let mut entries: Vec<DirEntry> = own
+            .enumerate()
+            .skip(offset as usize)
+            .take(limit)
+            .map(|(k, (name, ino, kind))| DirEntry {
+                ino,
+                kind,
+                name: name.into(),
+                next: k as u64 + 1,
+            })
+            .collect();
+        let first_slot = offset.saturating_sub(ROOT_OWN) as usize;
         let room = limit - entries.len();
         entries.extend(self.sessions.listed_from(first_slot, room).into_iter().map(
             |(number, slot)| DirEntry {
                 ino: Ino::Session(number, Node::Dir).encode(),
                 kind: Kind::Dir,
                 name: slot.name.clone(),
-                next: u64::from(number) + 2,
+                next: u64::from(number) + ROOT_OWN + 1,
             },
         ));
         entries
@@ -701,6 +723,9 @@ impl SessionFs {
     }
 }
 
+/// The root's own entries before its sessions: `flush` and the lists.
+const ROOT_OWN: u64 = 1 + lists::ROOT_LISTS.len() as u64;
+
 /// Files whose content can be replaced, not only extended, while mounted (a
 /// new title, a compaction, closers giving way to logged events, a control
 /// file's status, `status`): their attributes are never cached by the kernel
@@ -711,6 +736,7 @@ pub fn is_rewritable(ino: u64) -> bool {
         Ino::decode(ino),
         Some(
             Ino::RootFlush
+                | Ino::Lists(Lists::Catalog(_))
                 | Ino::Session(
                     _,
                     Node::Header(_)
@@ -731,7 +757,11 @@ pub fn is_rewritable(ino: u64) -> bool {
 /// reaches the current generation at once, even while a descriptor holds an
 /// older one (whose `fstat` must still answer).
 pub fn moves_when_rewritten(ino: u64) -> bool {
-    matches!(Ino::decode(ino), Some(Ino::Session(_, node)) if node.rewritable().is_some())
+    match Ino::decode(ino) {
+        Some(Ino::Session(_, node)) => node.rewritable().is_some(),
+        Some(Ino::Lists(Lists::Catalog(_))) => true,
+        _ => false,
+    }
 }
 
 /// Files read through the kernel's page cache, kept across opens: bytes only

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::handles::{Caching, ReadData, is_control};
-use super::inode::{Ino, Node};
+use super::inode::{Ino, Lists, Node};
 use super::{Attr, SessionFs};
 use crate::bytes::Bytes;
 use crate::error::{Error, Result};
@@ -131,14 +131,16 @@ impl SessionFs {
     /// lineage, another file's generation) while a descriptor still holds it
     /// (`fstat` comes without the descriptor): the size of what it holds.
     pub(super) fn held_attr(&self, ino: u64) -> Option<Attr> {
-        let Some(Ino::Session(number, node)) = Ino::decode(ino) else {
-            return None;
+        let current = match Ino::decode(ino)? {
+            Ino::Session(number, node)
+                if matches!(node, Node::Transcript(_)) || node.rewritable().is_some() =>
+            {
+                Ino::Session(number, self.node_now(number, node).ok()?)
+            }
+            Ino::Lists(Lists::Catalog(_)) => Ino::Lists(Lists::Catalog(self.sessions.catalog().0)),
+            _ => return None,
         };
-        if !matches!(node, Node::Transcript(_)) && node.rewritable().is_none() {
-            return None;
-        }
         let content = self.handles.held(ino)?;
-        let current = Ino::Session(number, self.node_now(number, node).ok()?);
         if current.encode() == ino {
             return None;
         }

@@ -15,10 +15,15 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
+use super::groups::Groups;
 use super::names::{NAME_MAX, id_of, mount_name, shown_name};
+use super::shown::Shown;
+use crate::bytes::Bytes;
 use crate::error::{Error, Result};
 use crate::model::Refusal;
-use crate::store::{Backend, Listing};
+use crate::model::catalog::{project_name, utc_day};
+use crate::render::catalog::CatalogLine;
+use crate::store::{Backend, Listing, StoredFile};
 use crate::sync::lock;
 use crate::view::SessionSource;
 
@@ -30,6 +35,11 @@ pub(super) struct Listed {
     pub source: SessionSource,
     pub created_at: i64,
     pub parent: Option<Box<str>>,
+    /// What `sessions.jsonl` shows beyond that: the header's cwd and
+    /// delegation depth, and the stored log's size and last write.
+    pub cwd: Option<Box<str>>,
+    pub delegation_depth: Option<u64>,
+    pub stored: Option<StoredFile>,
     /// Why the listing could not read its header.
     pub unreadable: Option<Box<str>>,
     /// A fork child accepted but not yet durable: served from memory.
@@ -42,18 +52,24 @@ impl Listed {
     /// A listing of `backend`'s; `pending` for a fork child not yet durable.
     pub fn of(listing: Listing, backend: Arc<dyn Backend>, pending: bool) -> Listed {
         let read_bits = listing.mode.map(|mode| (mode & 0o444) as u16);
-        let (created_at, parent, unreadable) = match listing.header {
+        let stored = listing.stored;
+        let (created_at, parent, cwd, delegation_depth, unreadable) = match listing.header {
             Ok(header) => (
                 header.created_at,
                 header.parent_session.map(String::into_boxed_str),
+                header.cwd.map(String::into_boxed_str),
+                header.delegation_depth,
                 None,
             ),
-            Err(why) => (0, None, Some(why.into_boxed_str())),
+            Err(why) => (0, None, None, None, Some(why.into_boxed_str())),
         };
         Listed {
             source: SessionSource::new(backend, listing.key),
             created_at,
             parent,
+            cwd,
+            delegation_depth,
+            stored,
             unreadable,
             pending,
             read_bits,
@@ -75,6 +91,10 @@ pub(super) struct Slot {
     /// A reason found outside the log (a duplicate id) that overrides reading
     /// it; a leaf lock.
     pub refusal: Mutex<Option<Refusal>>,
+    /// Its groups in `by-project/` and `by-date/`, fixed when it is first
+    /// listed; `None` when its header could not be read then.
+    pub project: Option<u32>,
+    pub day: Option<u32>,
     /// The session was removed from the store.
     gone: AtomicBool,
     /// The last listing of the store that held this session.
@@ -98,6 +118,11 @@ struct Table {
     listed_revision: Option<String>,
     /// Counts listings of the store, to tell which sessions the last one held.
     generation: u32,
+    /// Sessions by project and by day of creation.
+    projects: Groups,
+    days: Groups,
+    /// Moves at every change of what the table shows, for `sessions.jsonl`.
+    version: u64,
 }
 
 impl Table {
@@ -109,12 +134,25 @@ impl Table {
                 .or_default()
                 .push(number);
         }
+        let (project, day) = match listed.unreadable {
+            Some(_) => (None, None),
+            None => (
+                Some(
+                    self.projects
+                        .join(project_name(listed.cwd.as_deref()), number),
+                ),
+                Some(self.days.join(utc_day(listed.created_at), number)),
+            ),
+        };
+        self.version += 1;
         self.slots.push(Arc::new(Slot {
             number,
             name: name.clone(),
             id: id.to_string(),
             listed: Mutex::new(listed),
             refusal: Mutex::new(refusal),
+            project,
+            day,
             gone: AtomicBool::new(false),
             seen: AtomicU32::new(self.generation),
         }));
@@ -136,6 +174,13 @@ impl Table {
         if let Some(siblings) = parent.and_then(|p| self.children.get_mut(&p)) {
             siblings.retain(|&s| s != number);
         }
+        if let Some(project) = slot.project {
+            self.projects.leave(project, number);
+        }
+        if let Some(day) = slot.day {
+            self.days.leave(day, number);
+        }
+        self.version += 1;
     }
 
     /// Marks a slot as held by the listing of `generation`.
@@ -199,6 +244,17 @@ pub(super) struct Sessions {
     /// The store's mark of added sessions as of the last listing (SQLite: the
     /// highest rowid), so a write that added none lists nothing.
     added: Mutex<Option<i64>>,
+    /// `sessions.jsonl` as last rendered; taken before `table`.
+    catalog: Mutex<Catalog>,
+}
+
+/// `sessions.jsonl` as last rendered, and what it showed.
+#[derive(Default)]
+struct Catalog {
+    /// The table's version it was rendered at.
+    version: Option<u64>,
+    bytes: Bytes,
+    shown: Shown,
 }
 
 /// What a listing of the store changed that the caller must act on.
@@ -222,6 +278,7 @@ impl Sessions {
             relisting: Mutex::default(),
             removed: Mutex::default(),
             added: Mutex::default(),
+            catalog: Mutex::default(),
         }
     }
 
@@ -338,6 +395,8 @@ impl Sessions {
         }
         table.listed_at = Some(Instant::now());
         table.listed_revision = revision;
+        // What the listing said of known sessions may have changed.
+        table.version += 1;
         *lock(&self.added) = added;
         relisted
     }
@@ -502,6 +561,83 @@ impl Sessions {
     /// Up to `limit` sessions shown from slot `from` on.
     pub fn listed_from(&self, from: usize, limit: usize) -> Vec<(u32, Arc<Slot>)> {
         self.table().listed_from(from, limit)
+    }
+
+    /// `sessions.jsonl` now, with its generation: one line per session shown,
+    /// sorted by name (so two mounts of one store, or of a copy, show the same
+    /// file), from what the listing knows (no log is read). Kept while the
+    /// table is unchanged.
+    pub fn catalog(&self) -> (u32, Bytes) {
+        let mut catalog = lock(&self.catalog);
+        let table = self.table();
+        if catalog.version != Some(table.version) {
+            let mut out = Vec::new();
+            let mut shown: Vec<&Arc<Slot>> = table.slots.iter().filter(|s| !s.is_gone()).collect();
+            shown.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+            for slot in shown {
+                let listed = lock(&slot.listed);
+                let readable = listed.unreadable.is_none();
+                out.extend(
+                    CatalogLine {
+                        name: &slot.name,
+                        id: &slot.id,
+                        cwd: listed.cwd.as_deref(),
+                        created_at: readable.then_some(listed.created_at),
+                        last_write: listed.stored.map(|s| s.modified_ms),
+                        size: listed.stored.map(|s| s.size),
+                        store: crate::catalog::store_kind(&listed.source.key),
+                        parent: listed.parent.as_deref(),
+                        delegation_depth: listed.delegation_depth,
+                    }
+                    .render(),
+                );
+            }
+            catalog.version = Some(table.version);
+            catalog.bytes = Bytes::from(out);
+        }
+        let bytes = catalog.bytes.clone();
+        let generation = catalog.shown.observe(&bytes);
+        (generation, bytes)
+    }
+
+    /// The generation of `sessions.jsonl` last shown.
+    pub fn catalog_generation(&self) -> u32 {
+        lock(&self.catalog).shown.generation()
+    }
+
+    /// Up to `limit` projects (`by_date`: days) with sessions shown, from
+    /// group `from` on, with their numbers.
+    pub fn groups_from(&self, by_date: bool, from: usize, limit: usize) -> Vec<(u32, String)> {
+        let table = self.table();
+        let groups = if by_date {
+            &table.days
+        } else {
+            &table.projects
+        };
+        groups.listed_from(from, limit)
+    }
+
+    /// The project (`by_date`: day) named `name`, when it has sessions.
+    pub fn group_by_name(&self, by_date: bool, name: &str) -> Option<u32> {
+        let table = self.table();
+        let groups = if by_date {
+            &table.days
+        } else {
+            &table.projects
+        };
+        groups.by_name(name)
+    }
+
+    /// The name of a project (`by_date`: day) and its sessions' slots.
+    pub fn group(&self, by_date: bool, number: u32) -> Option<(String, Vec<u32>)> {
+        let table = self.table();
+        let groups = if by_date {
+            &table.days
+        } else {
+            &table.projects
+        };
+        let name = groups.name(number)?.to_string();
+        Some((name, groups.members(number).to_vec()))
     }
 
     /// Slots in the table, removed sessions included.

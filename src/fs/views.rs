@@ -22,6 +22,7 @@ use super::cache::Lru;
 use super::follow::{Follow, Watched};
 use super::inode::{Rewritable, session_inodes};
 use super::paged::{Spill, Spilled, Spills, transcript_ino};
+use super::shown::Shown;
 use crate::bytes::Bytes;
 use crate::error::{Error, Result};
 use crate::sync::lock;
@@ -41,51 +42,6 @@ struct ViewSlot {
     /// What was last shown of each rewritable file, kept while the session
     /// is mounted so its generations never go back.
     shown: Mutex<[Shown; 4]>,
-}
-
-/// What was last shown of one rewritable file: enough to tell whether its next
-/// version extends it (same inode) or rewrites it (the next generation).
-#[derive(Default)]
-struct Shown {
-    generation: u32,
-    last: Last,
-}
-
-#[derive(Default)]
-enum Last {
-    /// Never shown.
-    #[default]
-    Nothing,
-    /// The bytes, while the view is loaded (shared with its snapshots).
-    Bytes(Bytes),
-    /// A digest of them, once the view was dropped.
-    Digest { len: usize, digest: u64 },
-}
-
-impl Shown {
-    /// Takes `bytes` as the file shown now; returns its generation.
-    fn observe(&mut self, bytes: &Bytes) -> u32 {
-        let extends = match &self.last {
-            Last::Nothing => true,
-            Last::Bytes(old) => bytes.starts_with(old),
-            Last::Digest { len, digest } => bytes.prefix_digest(*len) == Some(*digest),
-        };
-        if !extends {
-            self.generation = Rewritable::next_generation(self.generation);
-        }
-        self.last = Last::Bytes(bytes.clone());
-        self.generation
-    }
-
-    /// The view was dropped: keep a digest instead of its bytes.
-    fn let_go(&mut self) {
-        if let Last::Bytes(bytes) = &self.last {
-            self.last = Last::Digest {
-                len: bytes.len(),
-                digest: bytes.prefix_digest(bytes.len()).unwrap_or_default(),
-            };
-        }
-    }
 }
 
 /// How to open a session's view, from what the table knows of it.
@@ -354,7 +310,7 @@ impl Views {
     pub fn generations(&self, number: u32) -> [u32; 4] {
         let slot = self.slot(number);
         let shown = lock(&slot.shown);
-        Rewritable::ALL.map(|file| shown[file.index()].generation)
+        Rewritable::ALL.map(|file| shown[file.index()].generation())
     }
 
     /// Inodes found changed by requests since the last call.

@@ -361,6 +361,16 @@ pub fn session_dir(mount: &Path, id: &str) -> PathBuf {
 }
 
 /// The names in a directory, sorted.
+/// The mount root's own entries, listed before its sessions.
+pub const ROOT_OWN: [&str; 4] = ["flush", "sessions.jsonl", "by-project", "by-date"];
+
+/// The names of the mount root's sessions (its own entries left out), sorted.
+pub fn session_names(mount: &Path) -> Vec<String> {
+    let mut names = sorted_names(mount);
+    names.retain(|name| !ROOT_OWN.contains(&name.as_str()));
+    names
+}
+
 pub fn sorted_names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))

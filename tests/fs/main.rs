@@ -10,6 +10,7 @@ mod common;
 
 mod files;
 mod forks;
+mod lists;
 mod status;
 mod table;
 mod views;
@@ -280,6 +281,16 @@ fn read_handle(fs: &SessionFs, fh: u64) -> Vec<u8> {
         }
         out.extend_from_slice(chunk.as_slice());
     }
+}
+
+/// The root's own entries, listed before its sessions.
+const ROOT_OWN: [&str; 4] = ["flush", "sessions.jsonl", "by-project", "by-date"];
+
+/// The sessions the root lists, in listing order.
+fn sessions_listed(fs: &SessionFs, batch: usize) -> Vec<String> {
+    let names = list(fs, ROOT, batch);
+    assert_eq!(names[..ROOT_OWN.len()], ROOT_OWN.map(String::from));
+    names[ROOT_OWN.len()..].to_vec()
 }
 
 fn name(n: usize) -> String {

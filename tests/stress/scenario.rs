@@ -44,7 +44,7 @@ impl Scenario {
         let mut names: Vec<String> = std::fs::read_dir(&root)
             .expect("root")
             .map(|e| e.expect("e").file_name().into_string().expect("u"))
-            .filter(|n| n != "flush")
+            .filter(|n| !crate::common::ROOT_OWN.contains(&n.as_str()))
             .collect();
         names.sort();
         let mut tails: Vec<Tail> = self.written.iter().map(|id| tail_of(&root, id)).collect();

@@ -120,7 +120,10 @@ fn readdir(shared: &Shared, rng: &mut Rng, session: &str) {
             let Some(names) = list(findings, &shared.mount) else {
                 return;
             };
-            let mut sessions: Vec<String> = names.into_iter().filter(|n| n != "flush").collect();
+            let mut sessions: Vec<String> = names
+                .into_iter()
+                .filter(|n| !crate::common::ROOT_OWN.contains(&n.as_str()))
+                .collect();
             check_root_listing(findings, &sessions);
             sessions.sort();
             *shared.names.write().unwrap() = Arc::new(sessions);

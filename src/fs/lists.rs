@@ -1,0 +1,184 @@
+//! The root's lists of the sessions, all made from the store's listing (no
+//! log is read for them): `sessions.jsonl`, one line per session;
+//! `by-project/NAME/` and `by-date/YYYY-MM-DD/`, links to the sessions of a
+//! project (its cwd, `/` shown as `∕`) or of a day of creation (UTC).
+
+use super::attr::{dir_perm, time_of};
+use super::inode::{Ino, Lists};
+use super::{Attr, DirEntry, Kind, SessionFs};
+use crate::error::{Error, Result};
+use crate::sync::lock;
+use crate::view::Content;
+
+/// The root's lists, by name, in the order the root lists them.
+pub(super) const ROOT_LISTS: [(&str, Lists, Kind); 3] = [
+    ("sessions.jsonl", Lists::Catalog(0), Kind::File),
+    ("by-project", Lists::ByProject, Kind::Dir),
+    ("by-date", Lists::ByDate, Kind::Dir),
+];
+
+impl SessionFs {
+    /// The root list named `name`, in its current generation.
+    pub(super) fn root_list(&self, name: &str) -> Option<Lists> {
+        match ROOT_LISTS.iter().find(|(n, _, _)| *n == name)?.1 {
+            Lists::Catalog(_) => {
+                // Opened by name, it shows the store as it is now.
+                self.relist(self.config.relist);
+                Some(Lists::Catalog(self.sessions.catalog().0))
+            }
+            list => Some(list),
+        }
+    }
+
+    /// Looks `name` up in `by-project/`, `by-date/` or one of their directories.
+    pub(super) fn lists_lookup(&self, parent: Lists, name: &str) -> Result<Attr> {
+        let missing = || Error::NotFound(format!("no entry {name}"));
+        let entry = match parent {
+            Lists::ByProject | Lists::ByDate => {
+                let by_date = parent == Lists::ByDate;
+                let find = || self.sessions.group_by_name(by_date, name);
+                // A name not known yet may be a project or day just added.
+                let group = find()
+                    .or_else(|| {
+                        self.relist(self.config.relist);
+                        find()
+                    })
+                    .ok_or_else(missing)?;
+                match by_date {
+                    true => Lists::Day(group),
+                    false => Lists::Project(group),
+                }
+            }
+            Lists::Project(group) | Lists::Day(group) => {
+                let by_date = matches!(parent, Lists::Day(_));
+                let slot = self.sessions.by_name(name).ok_or_else(missing)?;
+                let (_, members) = self.sessions.group(by_date, group).ok_or_else(missing)?;
+                if !members.contains(&slot) {
+                    return Err(missing());
+                }
+                Lists::Link(slot)
+            }
+            _ => return Err(Error::NotDir(format!("{name}: not in a directory"))),
+        };
+        self.getattr(Ino::Lists(entry).encode())
+    }
+
+    /// Up to `limit` entries of a list directory from `offset` on.
+    pub(super) fn lists_readdir(
+        &self,
+        dir: Lists,
+        offset: u64,
+        limit: usize,
+    ) -> Result<Vec<DirEntry>> {
+        match dir {
+            Lists::ByProject | Lists::ByDate => {
+                let by_date = dir == Lists::ByDate;
+                if offset == 0 {
+                    self.relist(self.config.relist);
+                }
+                Ok(self
+                    .sessions
+                    .groups_from(by_date, offset as usize, limit)
+                    .into_iter()
+                    .map(|(group, name)| DirEntry {
+                        ino: Ino::Lists(match by_date {
+                            true => Lists::Day(group),
+                            false => Lists::Project(group),
+                        })
+                        .encode(),
+                        kind: Kind::Dir,
+                        name,
+                        next: u64::from(group) + 1,
+                    })
+                    .collect())
+            }
+            Lists::Project(group) | Lists::Day(group) => {
+                let by_date = matches!(dir, Lists::Day(_));
+                let (_, members) = self
+                    .sessions
+                    .group(by_date, group)
+                    .ok_or_else(|| Error::NotFound(format!("no group {group}")))?;
+                Ok(members
+                    .into_iter()
+                    .enumerate()
+                    .skip(offset as usize)
+                    .filter_map(|(k, slot)| Some((k, self.slot(slot).ok()?)))
+                    .filter(|(_, slot)| !slot.is_gone())
+                    .take(limit)
+                    .map(|(k, slot)| DirEntry {
+                        ino: Ino::Lists(Lists::Link(slot.number)).encode(),
+                        kind: Kind::Symlink,
+                        name: slot.name.clone(),
+                        next: k as u64 + 1,
+                    })
+                    .collect())
+            }
+            _ => Err(Error::NotDir("not a directory".into())),
+        }
+    }
+
+    /// The attributes of a list entry.
+    pub(super) fn lists_attr(&self, entry: Lists) -> Result<Attr> {
+        let ino = Ino::Lists(entry).encode();
+        let perm = self.root_read_bits();
+        match entry {
+            Lists::Catalog(_) => {
+                let content = self.catalog_file(entry)?;
+                let size = content.bytes.len() as u64;
+                Ok(self.make_attr(ino, Kind::File, size, perm, self.started))
+            }
+            Lists::ByProject | Lists::ByDate => {
+                Ok(self.make_attr(ino, Kind::Dir, 0, dir_perm(perm), self.started))
+            }
+            Lists::Project(group) | Lists::Day(group) => {
+                let by_date = matches!(entry, Lists::Day(_));
+                let (_, members) = self
+                    .sessions
+                    .group(by_date, group)
+                    .filter(|(_, members)| !members.is_empty())
+                    .ok_or_else(|| Error::NotFound(format!("no group {group}")))?;
+                // The time of its newest session: it changes only when one joins.
+                let newest = members
+                    .iter()
+                    .filter_map(|&slot| self.slot(slot).ok())
+                    .map(|slot| lock(&slot.listed).created_at)
+                    .max()
+                    .unwrap_or_default();
+                let time = time_of(newest);
+                Ok(self.make_attr(ino, Kind::Dir, 0, dir_perm(perm), time))
+            }
+            Lists::Link(number) => {
+                let slot = self.slot(number)?;
+                if slot.is_gone() || slot.project.is_none() {
+                    return Err(Error::NotFound(format!("no session slot {number}")));
+                }
+                let target = Self::link_target(&slot.name);
+                let created = time_of(lock(&slot.listed).created_at);
+                Ok(self.make_attr(ino, Kind::Symlink, target.len() as u64, 0o777, created))
+            }
+        }
+    }
+
+    /// Where a link in a project's or a day's directory leads.
+    pub(super) fn link_target(name: &str) -> String {
+        format!("../../{name}")
+    }
+
+    /// `sessions.jsonl` as inode `entry` shows it: ESTALE once it was rewritten
+    /// (a descriptor open on it keeps its snapshot).
+    pub(super) fn catalog_file(&self, entry: Lists) -> Result<Content> {
+        let Lists::Catalog(generation) = entry else {
+            return Err(Error::IsDir("not a regular file".into()));
+        };
+        let (now, bytes) = self.sessions.catalog();
+        if now != generation {
+            return Err(Error::Stale(
+                "sessions.jsonl was rewritten (the store's sessions changed); open it again".into(),
+            ));
+        }
+        Ok(Content {
+            bytes,
+            lineage: u64::from(generation),
+        })
+    }
+}

@@ -1,0 +1,173 @@
+//! The root's lists through the kernel: `sessions.jsonl` against the listing,
+//! `by-project/` and `by-date/` links that lead to their sessions, the same tree
+//! whatever the time zone, and the escape of ids spelled like root entries.
+
+mod common;
+
+use std::path::Path;
+
+use common::{Mount, session_names, sorted_names, store_copy};
+use serde_json::Value;
+
+fn catalog(mount: &Path) -> Vec<Value> {
+    let path = mount.join("sessions.jsonl");
+    let text = std::fs::read_to_string(&path).expect("sessions.jsonl");
+    assert_eq!(
+        std::fs::metadata(&path).expect("stat").len(),
+        text.len() as u64,
+        "sized exactly"
+    );
+    text.lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+/// Every link of a list directory (`by-project` or `by-date`): its group,
+/// its name, and where it leads.
+fn links(mount: &Path, list: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for group in sorted_names(&mount.join(list)) {
+        for name in sorted_names(&mount.join(list).join(&group)) {
+            let link = mount.join(list).join(&group).join(&name);
+            let target = std::fs::read_link(&link).expect("readlink");
+            out.push((group.clone(), name, target.to_string_lossy().into_owned()));
+        }
+    }
+    out
+}
+
+#[test]
+fn sessions_jsonl_and_the_link_directories_agree_with_the_listing() {
+    for store in ["jsonl", "jsonl-zstd", "sqlite17"] {
+        let copy = store_copy(store);
+        let mount = Mount::new(&copy.path, &["-o", "grace=0"]);
+        let sessions = session_names(mount.path());
+        let lines = catalog(mount.path());
+        let named: Vec<String> = lines
+            .iter()
+            .map(|l| l["name"].as_str().expect("name").to_string())
+            .collect();
+        let mut sorted = named.clone();
+        sorted.sort();
+        assert_eq!(sorted, sessions, "{store}: one line per session");
+        for line in &lines {
+            let dir = mount.path().join(line["name"].as_str().expect("name"));
+            let header: Value =
+                serde_json::from_slice(&std::fs::read(dir.join("header.json")).unwrap_or_default())
+                    .unwrap_or(Value::Null);
+            if header.is_null() {
+                continue;
+            }
+            assert_eq!(line["id"], header["id"], "{store}: {line}");
+            assert_eq!(line["createdAt"], header["createdAt"], "{store}: {line}");
+            assert_eq!(line["cwd"], header["cwd"], "{store}: {line}");
+            let kind = if store == "sqlite17" {
+                "sqlite"
+            } else if store == "jsonl" {
+                "jsonl"
+            } else {
+                "zstd"
+            };
+            assert_eq!(line["store"], kind, "{store}: {line}");
+        }
+        for list in ["by-project", "by-date"] {
+            let links = links(mount.path(), list);
+            let mut linked: Vec<String> = links.iter().map(|(_, name, _)| name.clone()).collect();
+            linked.sort();
+            linked.dedup();
+            assert_eq!(
+                links.len(),
+                linked.len(),
+                "{store}/{list}: each session once"
+            );
+            for (group, name, target) in &links {
+                assert_eq!(target, &format!("../../{name}"), "{store}/{list}/{group}");
+                let through = mount
+                    .path()
+                    .join(list)
+                    .join(group)
+                    .join(name)
+                    .join("header.json");
+                assert!(
+                    through.is_file(),
+                    "{store}: {} leads to its session",
+                    through.display()
+                );
+            }
+            assert!(
+                linked.iter().all(|name| sessions.contains(name)),
+                "{store}/{list}: links lead to sessions"
+            );
+        }
+        let projects = sorted_names(&mount.path().join("by-project"));
+        assert!(
+            projects.contains(&"Users\u{2215}mei\u{2215}code\u{2215}ledger-api".to_string()),
+            "{store}: {projects:?}"
+        );
+        drop(mount);
+    }
+}
+
+#[test]
+fn by_date_is_the_same_tree_in_every_time_zone() {
+    let copy = store_copy("jsonl");
+    let trees: Vec<Vec<(String, String, String)>> = ["UTC", "Pacific/Kiritimati", "America/Adak"]
+        .into_iter()
+        .map(|tz| {
+            let mount = Mount::builder(&copy.path)
+                .options(&["-o", "grace=0"])
+                .env("TZ", tz)
+                .start();
+            let tree = links(mount.path(), "by-date");
+            drop(mount);
+            tree
+        })
+        .collect();
+    assert!(!trees[0].is_empty());
+    assert_eq!(trees[0], trees[1]);
+    assert_eq!(trees[0], trees[2]);
+    for (day, _, _) in &trees[0] {
+        assert!(
+            day.len() == 10 && day.as_bytes()[4] == b'-' && day.as_bytes()[7] == b'-',
+            "{day}"
+        );
+    }
+}
+
+#[test]
+fn ids_spelled_like_root_entries_are_escaped_and_reachable() {
+    let copy = store_copy("jsonl");
+    let home = common::harness::session_home(&copy.path, "ledger-chat");
+    let project = home.parent().expect("project").to_path_buf();
+    let text = std::fs::read_to_string(home.join("session.jsonl")).expect("log");
+    for id in ["sessions.jsonl", "by-project", "by-date"] {
+        let dir = project.join(sessionfs::model::ids::encode_segment(id).expect("segment"));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let renamed = text.replacen("\"id\":\"ledger-chat\"", &format!("\"id\":\"{id}\""), 1);
+        std::fs::write(dir.join("session.jsonl"), renamed).expect("write");
+    }
+    let mount = Mount::new(&copy.path, &["-o", "grace=0"]);
+    let root = sorted_names(mount.path());
+    for (own, escaped) in [
+        ("sessions.jsonl", "~0073essions.jsonl"),
+        ("by-project", "~0062y-project"),
+        ("by-date", "~0062y-date"),
+    ] {
+        assert_eq!(root.iter().filter(|n| *n == own).count(), 1, "{root:?}");
+        assert!(root.contains(&escaped.to_string()), "{root:?}");
+        let header: Value = serde_json::from_slice(
+            &std::fs::read(mount.path().join(escaped).join("header.json")).expect("header"),
+        )
+        .expect("json");
+        assert_eq!(header["id"], own);
+    }
+    assert!(
+        mount
+            .path()
+            .join("by-project")
+            .join("Users\u{2215}mei\u{2215}code\u{2215}ledger-api")
+            .join("~0062y-date")
+            .is_symlink()
+    );
+    drop(mount);
+}
