@@ -12,6 +12,8 @@
 //! - 1,000 warm `cat`s of `index.jsonl`, the per-operation cost, which must not
 //!   grow with the store;
 //! - peak RSS of sessionfs after the listing, and per session;
+//! - warm `ls by-project/*` against warm `ls` of the root (the same links,
+//!   grouped), and `cat sessions.jsonl` with the peak RSS after it;
 //! - (largest store) idle CPU over 20 s after 10,000 sessions were read.
 //!
 //! Must run as root (it mounts). Stores are cached under `--dir`.
@@ -200,6 +202,10 @@ struct Row {
     warm_ls: f64,
     cats: f64,
     rss_bytes: u64,
+    by_project: f64,
+    catalog: f64,
+    catalog_bytes: u64,
+    catalog_rss: u64,
     idle: Option<(f64, f64)>,
 }
 
@@ -235,12 +241,31 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
     let mount = Mount::new(binary, &root, &mnt, "", &log);
     let (cold_ls, out) = time_sh(&format!("ls -l {} | wc -l", quote(&mnt)));
     let listed: usize = out.trim().parse().unwrap_or(0);
-    // `total` line, then `flush` and every session.
-    assert_eq!(listed, size + 2, "ls -l listed {listed} lines");
+    // `total` line, then `flush`, `sessions.jsonl`, `latest`, `by-project`, `by-date`
+    // and every session.
+    assert_eq!(listed, size + 6, "ls -l listed {listed} lines");
     let rss_bytes = mount.peak_rss();
     let warm_ls = (0..3)
         .map(|_| time_sh(&format!("ls {} | wc -l", quote(&mnt))).0)
         .fold(f64::INFINITY, f64::min);
+
+    // The root's lists: `ls by-project/*` lists every session once more.
+    let by_project_ls = format!("ls {}/by-project/* | wc -l", quote(&mnt));
+    let (_, out) = time_sh(&by_project_ls);
+    let linked: usize = out.trim().parse().unwrap_or(0);
+    // Each project's name line and the blank line between, then its links.
+    assert_eq!(
+        linked,
+        size + 2 * PROJECTS - 1,
+        "ls by-project/* listed {linked} lines"
+    );
+    let by_project = (0..3)
+        .map(|_| time_sh(&by_project_ls).0)
+        .fold(f64::INFINITY, f64::min);
+    let catalog_path = mnt.join("sessions.jsonl");
+    let (catalog, _) = time_sh(&format!("cat {} > /dev/null", quote(&catalog_path)));
+    let catalog_bytes = fs::metadata(&catalog_path).map_or(0, |m| m.len());
+    let catalog_rss = mount.peak_rss();
 
     // The same 1,000 sessions (evenly spread), read once to warm, then timed.
     let cat = cat_script(&options.dir, &mnt, size, CATS, "cats");
@@ -266,6 +291,10 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
         warm_ls,
         cats,
         rss_bytes,
+        by_project,
+        catalog,
+        catalog_bytes,
+        catalog_rss,
         idle,
     }
 }
@@ -318,6 +347,22 @@ fn main() {
             r.cats / base_cats,
             r.rss_bytes as f64 / (1024.0 * 1024.0),
             r.rss_bytes as f64 / 1024.0 / r.size as f64,
+        );
+    }
+    println!();
+    println!(
+        "| sessions | warm `ls by-project/*` | vs warm `ls` (≤ 1.5×) | `cat sessions.jsonl` | its size | peak RSS after it |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {:.3} s | {:.2}× | {:.3} s | {:.1} MiB | {:.0} MiB |",
+            r.size,
+            r.by_project,
+            r.by_project / r.warm_ls,
+            r.catalog,
+            r.catalog_bytes as f64 / (1024.0 * 1024.0),
+            r.catalog_rss as f64 / (1024.0 * 1024.0),
         );
     }
     for r in &rows {

@@ -12,8 +12,9 @@ Mount a DeepSeek Harness session store (a directory of session.jsonl /
 session.jsonl.zstd logs, or an SQLite sessions database) as a read-only tree:
 one directory per session with header.json, events/, surface.jsonl,
 transcript.md, index.jsonl, status and the fork and flush control files;
-at the root, sessions.jsonl (one line per session) and by-project/ and
-by-date/ (links to the sessions of a cwd, or of a day in UTC).
+at the root, sessions.jsonl (one line per session), latest (a link to the
+session written last) and by-project/ and by-date/ (links to the sessions
+of a cwd, or of a day in UTC).
 
 Options:
   -f, --foreground        stay in the foreground (default: detach once mounted)

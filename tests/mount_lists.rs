@@ -27,7 +27,11 @@ fn catalog(mount: &Path) -> Vec<Value> {
 fn links(mount: &Path, list: &str) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
     for group in sorted_names(&mount.join(list)) {
-        for name in sorted_names(&mount.join(list).join(&group)) {
+        // A project's own `latest` is not one of its sessions' links.
+        for name in sorted_names(&mount.join(list).join(&group))
+            .into_iter()
+            .filter(|name| name != "latest")
+        {
             let link = mount.join(list).join(&group).join(&name);
             let target = std::fs::read_link(&link).expect("readlink");
             out.push((group.clone(), name, target.to_string_lossy().into_owned()));
@@ -169,5 +173,52 @@ fn ids_spelled_like_root_entries_are_escaped_and_reachable() {
             .join("~0062y-date")
             .is_symlink()
     );
+    drop(mount);
+}
+
+#[test]
+fn latest_moves_to_the_session_written_last_and_a_reader_keeps_its_own() {
+    let copy = store_copy("jsonl");
+    let mount = Mount::new(&copy.path, &["-o", "grace=600"]);
+    let latest = mount.path().join("latest");
+    let first = std::fs::read_link(&latest).expect("latest");
+    let mut reader =
+        std::fs::File::open(latest.join("transcript.md")).expect("open through latest");
+    let mut before = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut before).expect("read");
+    // Another session gets the newest event.
+    let other = if first.to_str() == Some("ledger-chat") {
+        "release-notes"
+    } else {
+        "ledger-chat"
+    };
+    let dir = mount.path().join(other);
+    let last_seq = common::event_names(&dir).len() as u64 - 1;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let title = serde_json::json!({"type": "session/title", "seq": last_seq + 1, "time": now, "data": {"title": "newest", "messageSeqs": [], "source": {"kind": "user"}}});
+    common::harness::append_jsonl(&copy.path, other, &[title]);
+    common::within(std::time::Duration::from_secs(3), "latest moves", || {
+        std::fs::read(dir.join("header.json"))
+            .is_ok_and(|h| String::from_utf8_lossy(&h).contains("newest"))
+            && std::fs::read_link(&latest).is_ok_and(|t| t.to_str() == Some(other))
+    });
+    // The descriptor opened through the old target still reads its session.
+    let mut again = String::new();
+    std::io::Seek::seek(&mut reader, std::io::SeekFrom::Start(0)).expect("seek");
+    std::io::Read::read_to_string(&mut reader, &mut again).expect("read again");
+    assert!(again.starts_with(&before));
+    let project_latest = mount
+        .path()
+        .join("by-project")
+        .join("Users\u{2215}mei\u{2215}code\u{2215}ledger-api")
+        .join("latest");
+    assert!(
+        std::fs::read_link(&project_latest).is_ok(),
+        "a project has its own latest"
+    );
+    drop(reader);
     drop(mount);
 }

@@ -18,6 +18,12 @@ pub(super) fn dir_perm(read_bits: u16) -> u16 {
     read_bits | (read_bits >> 2)
 }
 
+/// A `SystemTime` in milliseconds since the Unix epoch (earlier times are 0).
+pub(super) fn ms_of(time: SystemTime) -> i64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// A Unix time in milliseconds as a `SystemTime` (negative times are the epoch).
 pub(super) fn time_of(ms: i64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
@@ -258,9 +264,15 @@ impl SessionFs {
 
     /// The target of a `parent` or `children/` link.
     pub fn readlink(&self, ino: u64) -> Result<String> {
-        if let Some(Ino::Lists(Lists::Link(number))) = Ino::decode(ino) {
-            self.lists_attr(Lists::Link(number))?;
-            return Ok(Self::link_target(&self.slot(number)?.name));
+        match Ino::decode(ino) {
+            Some(Ino::Lists(Lists::Link(number))) => {
+                self.lists_attr(Lists::Link(number))?;
+                return Ok(Self::link_target(&self.slot(number)?.name));
+            }
+            Some(Ino::Lists(entry @ (Lists::Latest | Lists::ProjectLatest(_)))) => {
+                return Ok(self.latest_target(entry)?.1);
+            }
+            _ => {}
         }
         let Some(Ino::Session(number, node @ (Node::Parent | Node::Child(_)))) = Ino::decode(ino)
         else {

@@ -116,7 +116,16 @@ impl SessionFs {
                 // `error` and the views swap places: cached names would lie.
                 changes.names.extend(Self::session_names(number));
             }
+            refreshed
         });
+        // A log written to may be the newest now: `latest` goes by the time
+        // of the last write, as the listing does.
+        if let Ok(Some(true)) = refreshed {
+            let source = lock(&slot.listed).source.clone();
+            if let Some(written) = super::written_at(&source) {
+                self.sessions.note_time(number, written);
+            }
+        }
         if refreshed.is_err() {
             self.views.follow().retry(number);
         }

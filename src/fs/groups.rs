@@ -5,6 +5,10 @@
 //! leaves the listing.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// No slot: a group (or the root) whose `latest` leads nowhere yet.
+pub(super) const NO_SLOT: u32 = u32::MAX;
 
 /// Groups of slots under names.
 #[derive(Default)]
@@ -12,6 +16,9 @@ pub(super) struct Groups {
     names: Vec<String>,
     by_name: HashMap<String, u32>,
     members: Vec<Vec<u32>>,
+    /// Each group's member with the newest event, moved without the table's
+    /// write lock as sessions are used ([`NO_SLOT`]: none).
+    latest: Vec<AtomicU32>,
 }
 
 impl Groups {
@@ -24,6 +31,7 @@ impl Groups {
                 self.by_name.insert(name.clone(), number);
                 self.names.push(name);
                 self.members.push(Vec::new());
+                self.latest.push(AtomicU32::new(NO_SLOT));
                 number
             }
         };
@@ -42,6 +50,17 @@ impl Groups {
     pub fn by_name(&self, name: &str) -> Option<u32> {
         let number = *self.by_name.get(name)?;
         (!self.members[number as usize].is_empty()).then_some(number)
+    }
+
+    /// The member of group `number` with the newest event, or [`NO_SLOT`].
+    pub fn latest(&self, number: u32) -> &AtomicU32 {
+        &self.latest[number as usize]
+    }
+
+    /// The latest of group `number`, when it has one.
+    pub fn latest_of(&self, number: u32) -> Option<u32> {
+        let slot = self.latest.get(number as usize)?.load(Ordering::Relaxed);
+        (slot != NO_SLOT).then_some(slot)
     }
 
     /// The name of group `number`.

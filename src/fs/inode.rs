@@ -5,9 +5,10 @@
 //!
 //! `ino = (slot + 1) << 40 | (local ^ spread(slot))`, with 0 in the top bits
 //! for the mount root's own entries (1 = the root, 2 = the root `flush` file,
-//! 3 = `sessions.jsonl`, 5 = `by-project/`, 6 = `by-date/`, `1 << 32 | n` a
-//! project's directory, `3 << 32 | n` a day's, `4 << 32 | slot` the link to a
-//! session in them, `7 << 32 | generation` a rewritten `sessions.jsonl`),
+//! 3 = `sessions.jsonl`, 4 = `latest`, 5 = `by-project/`, 6 = `by-date/`,
+//! `1 << 32 | n` a project's directory, `2 << 32 | n` its `latest`, `3 << 32 |
+//! n` a day's directory, `4 << 32 | slot` the link to a session in them,
+//! `7 << 32 | generation` a rewritten `sessions.jsonl`),
 //! and within a session `local` = 1 directory, 2..=13 its fixed files,
 //! `1 << 32 | seq` an event file, `2 << 32 | child slot` a symlink in
 //! `children/`, `3 << 32 | call` a call's directory in `steps/`,
@@ -161,12 +162,16 @@ pub enum Lists {
     /// `sessions.jsonl` in one generation (a rewrite moves it, as
     /// [`Rewritable`] files move).
     Catalog(u32),
+    /// `latest`: the link to the session with the newest event.
+    Latest,
     /// `by-project/`.
     ByProject,
     /// `by-date/`.
     ByDate,
     /// A project's directory in `by-project/`, by the project's number.
     Project(u32),
+    /// The `latest` link of a project's directory, by the project's number.
+    ProjectLatest(u32),
     /// A day's directory in `by-date/`, by the day's number.
     Day(u32),
     /// The link to the session in slot `n`, in its project's and its day's
@@ -175,9 +180,11 @@ pub enum Lists {
 }
 
 const CATALOG: u64 = 3;
+const LATEST: u64 = 4;
 const BY_PROJECT: u64 = 5;
 const BY_DATE: u64 = 6;
 const PROJECT_BASE: u64 = 1 << 32;
+const PROJECT_LATEST_BASE: u64 = 2 << 32;
 const DAY_BASE: u64 = 3 << 32;
 const LINK_BASE: u64 = 4 << 32;
 const CATALOG_BASE: u64 = 7 << 32;
@@ -187,9 +194,11 @@ impl Lists {
         match self {
             Lists::Catalog(0) => CATALOG,
             Lists::Catalog(generation) => CATALOG_BASE | u64::from(generation),
+            Lists::Latest => LATEST,
             Lists::ByProject => BY_PROJECT,
             Lists::ByDate => BY_DATE,
             Lists::Project(n) => PROJECT_BASE | u64::from(n),
+            Lists::ProjectLatest(n) => PROJECT_LATEST_BASE | u64::from(n),
             Lists::Day(n) => DAY_BASE | u64::from(n),
             Lists::Link(slot) => LINK_BASE | u64::from(slot),
         }
@@ -199,10 +208,12 @@ impl Lists {
         let low = (ino & (EVENT_BASE - 1)) as u32;
         Some(match ino {
             CATALOG => Lists::Catalog(0),
+            LATEST => Lists::Latest,
             BY_PROJECT => Lists::ByProject,
             BY_DATE => Lists::ByDate,
             _ => match ino >> 32 {
                 1 => Lists::Project(low),
+                2 => Lists::ProjectLatest(low),
                 3 => Lists::Day(low),
                 4 => Lists::Link(low),
                 7 if low != 0 => Lists::Catalog(low),
@@ -382,6 +393,8 @@ mod tests {
             Ino::Lists(Lists::Catalog(0)),
             Ino::Lists(Lists::Catalog(1)),
             Ino::Lists(Lists::Catalog(u32::MAX)),
+            Ino::Lists(Lists::Latest),
+            Ino::Lists(Lists::ProjectLatest(7)),
             Ino::Lists(Lists::ByProject),
             Ino::Lists(Lists::ByDate),
             Ino::Lists(Lists::Project(0)),
@@ -400,7 +413,7 @@ mod tests {
         unique.dedup();
         assert_eq!(unique.len(), numbers.len());
         assert_eq!(Ino::decode(0), None);
-        assert_eq!(Ino::decode(4), None, "kept for `latest`");
+        assert_eq!(Ino::decode(7), None);
         assert_eq!(Rewritable::next_generation(0), 1);
         assert_eq!(Rewritable::next_generation((1 << 28) - 1), 1);
     }

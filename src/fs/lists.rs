@@ -1,18 +1,23 @@
 //! The root's lists of the sessions, all made from the store's listing (no
-//! log is read for them): `sessions.jsonl`, one line per session;
-//! `by-project/NAME/` and `by-date/YYYY-MM-DD/`, links to the sessions of a
-//! project (its cwd, `/` shown as `∕`) or of a day of creation (UTC).
+//! log is read for them): `sessions.jsonl`, one line per session; `latest`,
+//! a link to the session with the newest event; `by-project/NAME/` and
+//! `by-date/YYYY-MM-DD/`, links to the sessions of a project (its cwd, `/`
+//! shown as `∕`, with a `latest` of its own) or of a day of creation (UTC).
 
 use super::attr::{dir_perm, time_of};
+use std::sync::Arc;
+
 use super::inode::{Ino, Lists};
+use super::sessions::Slot;
 use super::{Attr, DirEntry, Kind, SessionFs};
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use crate::view::Content;
 
 /// The root's lists, by name, in the order the root lists them.
-pub(super) const ROOT_LISTS: [(&str, Lists, Kind); 3] = [
+pub(super) const ROOT_LISTS: [(&str, Lists, Kind); 4] = [
     ("sessions.jsonl", Lists::Catalog(0), Kind::File),
+    ("latest", Lists::Latest, Kind::Symlink),
     ("by-project", Lists::ByProject, Kind::Dir),
     ("by-date", Lists::ByDate, Kind::Dir),
 ];
@@ -25,6 +30,11 @@ impl SessionFs {
                 // Opened by name, it shows the store as it is now.
                 self.relist(self.config.relist);
                 Some(Lists::Catalog(self.sessions.catalog().0))
+            }
+            Lists::Latest => {
+                // Looked up by name, it may lead to a session not listed yet.
+                self.relist(self.config.relist);
+                Some(Lists::Latest)
             }
             list => Some(list),
         }
@@ -49,6 +59,7 @@ impl SessionFs {
                     false => Lists::Project(group),
                 }
             }
+            Lists::Project(group) if name == "latest" => Lists::ProjectLatest(group),
             Lists::Project(group) | Lists::Day(group) => {
                 let by_date = matches!(parent, Lists::Day(_));
                 let slot = self.sessions.by_name(name).ok_or_else(missing)?;
@@ -98,19 +109,31 @@ impl SessionFs {
                     .sessions
                     .group(by_date, group)
                     .ok_or_else(|| Error::NotFound(format!("no group {group}")))?;
-                Ok(members
+                // A project's `latest` first, at offset 0; member `k` at `k + 1`.
+                let latest =
+                    (!by_date && self.sessions.latest(Some(group)).is_some()).then(|| DirEntry {
+                        ino: Ino::Lists(Lists::ProjectLatest(group)).encode(),
+                        kind: Kind::Symlink,
+                        name: "latest".into(),
+                        next: 1,
+                    });
+                let links = members
                     .into_iter()
                     .enumerate()
-                    .skip(offset as usize)
+                    .skip(offset.saturating_sub(1) as usize)
                     .filter_map(|(k, slot)| Some((k, self.slot(slot).ok()?)))
                     .filter(|(_, slot)| !slot.is_gone())
-                    .take(limit)
                     .map(|(k, slot)| DirEntry {
                         ino: Ino::Lists(Lists::Link(slot.number)).encode(),
                         kind: Kind::Symlink,
                         name: slot.name.clone(),
-                        next: k as u64 + 1,
-                    })
+                        next: k as u64 + 2,
+                    });
+                Ok(latest
+                    .filter(|_| offset == 0)
+                    .into_iter()
+                    .chain(links)
+                    .take(limit)
                     .collect())
             }
             _ => Err(Error::NotDir("not a directory".into())),
@@ -147,6 +170,13 @@ impl SessionFs {
                 let time = time_of(newest);
                 Ok(self.make_attr(ino, Kind::Dir, 0, dir_perm(perm), time))
             }
+            Lists::Latest | Lists::ProjectLatest(_) => {
+                let (_, target) = self.latest_target(entry)?;
+                // The mount's time, not its session's: a copy made twice in a
+                // row (`rsync -a`) finds nothing to update while it leads to
+                // the same session, though that session's events are newer.
+                Ok(self.make_attr(ino, Kind::Symlink, target.len() as u64, 0o777, self.started))
+            }
             Lists::Link(number) => {
                 let slot = self.slot(number)?;
                 if slot.is_gone() || slot.project.is_none() {
@@ -157,6 +187,25 @@ impl SessionFs {
                 Ok(self.make_attr(ino, Kind::Symlink, target.len() as u64, 0o777, created))
             }
         }
+    }
+
+    /// The session a `latest` link leads to, and its target: at the root, the
+    /// session's name; in a project's directory, `../../` and its name.
+    pub(super) fn latest_target(&self, entry: Lists) -> Result<(Arc<Slot>, String)> {
+        let project = match entry {
+            Lists::Latest => None,
+            Lists::ProjectLatest(group) => Some(group),
+            _ => return Err(Error::Invalid("not a latest link".into())),
+        };
+        let slot = self
+            .sessions
+            .latest(project)
+            .ok_or_else(|| Error::NotFound("no session yet".into()))?;
+        let target = match project {
+            None => slot.name.clone(),
+            Some(_) => Self::link_target(&slot.name),
+        };
+        Ok((slot, target))
     }
 
     /// Where a link in a project's or a day's directory leads.

@@ -419,6 +419,10 @@ impl SessionFs {
             Some(dir) => Watched::Dir(dir),
             None => Watched::Store,
         });
+        // Its log as it is now may be the newest written (`latest`).
+        if let Some(written) = written_at(&source) {
+            self.sessions.note_time(slot.number, written);
+        }
         Opening {
             source,
             refused,
@@ -666,9 +670,12 @@ impl SessionFs {
                 (*name, Ino::Lists(list).encode(), *kind)
             }),
         );
+        // `latest` leads nowhere in a store without sessions: not listed then.
+        let no_latest = self.sessions.latest(None).is_none();
         let mut entries: Vec<DirEntry> = own
             .enumerate()
             .skip(offset as usize)
+            .filter(|(_, (name, _, _))| !(no_latest && *name == "latest"))
             .take(limit)
             .map(|(k, (name, ino, kind))| DirEntry {
                 ino,
@@ -723,12 +730,21 @@ impl SessionFs {
     }
 }
 
+/// When a session's own log was last written (ms), where it has one (a JSONL
+/// file; an SQLite database's time is every session's): what `latest` goes by.
+fn written_at(source: &crate::view::SessionSource) -> Option<i64> {
+    match source.key {
+        SessionKey::File(_) => source.backend.modified(&source.key).map(attr::ms_of),
+        SessionKey::Row(_) => None,
+    }
+}
+
 /// The root's own entries before its sessions: `flush` and the lists.
 const ROOT_OWN: u64 = 1 + lists::ROOT_LISTS.len() as u64;
 
 /// Files whose content can be replaced, not only extended, while mounted (a
 /// new title, a compaction, closers giving way to logged events, a control
-/// file's status, `status`): their attributes are never cached by the kernel
+/// file's status, `status`, where a `latest` link leads): their attributes are never cached by the kernel
 /// and reads bypass the page cache, so `fstat` and `read` on one descriptor
 /// always agree.
 pub fn is_rewritable(ino: u64) -> bool {
@@ -736,7 +752,7 @@ pub fn is_rewritable(ino: u64) -> bool {
         Ino::decode(ino),
         Some(
             Ino::RootFlush
-                | Ino::Lists(Lists::Catalog(_))
+                | Ino::Lists(Lists::Catalog(_) | Lists::Latest | Lists::ProjectLatest(_))
                 | Ino::Session(
                     _,
                     Node::Header(_)

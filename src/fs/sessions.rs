@@ -11,11 +11,11 @@
 //! listing and lookups, while descriptors already open keep their snapshot.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use super::groups::Groups;
+use super::groups::{Groups, NO_SLOT};
 use super::names::{NAME_MAX, id_of, mount_name, shown_name};
 use super::shown::Shown;
 use crate::bytes::Bytes;
@@ -95,6 +95,10 @@ pub(super) struct Slot {
     /// listed; `None` when its header could not be read then.
     pub project: Option<u32>,
     pub day: Option<u32>,
+    /// The time of its last write as far as the mount knows (ms): its log's
+    /// modification time from the listing and from following it (SQLite
+    /// stores no such time: its creation).
+    newest: AtomicI64,
     /// The session was removed from the store.
     gone: AtomicBool,
     /// The last listing of the store that held this session.
@@ -107,7 +111,6 @@ impl Slot {
     }
 }
 
-#[derive(Default)]
 struct Table {
     slots: Vec<Arc<Slot>>,
     by_name: HashMap<String, u32>,
@@ -123,6 +126,25 @@ struct Table {
     days: Groups,
     /// Moves at every change of what the table shows, for `sessions.jsonl`.
     version: u64,
+    /// The session with the newest event, for `latest` ([`NO_SLOT`]: none).
+    latest: AtomicU32,
+}
+
+impl Default for Table {
+    fn default() -> Table {
+        Table {
+            slots: Vec::new(),
+            by_name: HashMap::new(),
+            children: HashMap::new(),
+            listed_at: None,
+            listed_revision: None,
+            generation: 0,
+            projects: Groups::default(),
+            days: Groups::default(),
+            version: 0,
+            latest: AtomicU32::new(NO_SLOT),
+        }
+    }
 }
 
 impl Table {
@@ -153,11 +175,69 @@ impl Table {
             refusal: Mutex::new(refusal),
             project,
             day,
+            newest: AtomicI64::new(i64::MIN),
             gone: AtomicBool::new(false),
             seen: AtomicU32::new(self.generation),
         }));
         self.by_name.insert(name, number);
+        let time = listed_time(&lock(&self.slots[number as usize].listed));
+        self.note_time(number, time);
         number
+    }
+
+    /// Session `number` has an event at `time`: it becomes `latest` (of the
+    /// root and of its project) when that is newer than theirs. Atomics only,
+    /// so a read lock of the table suffices.
+    fn note_time(&self, number: u32, time: i64) {
+        let Some(slot) = self.slots.get(number as usize) else {
+            return;
+        };
+        if slot.newest.fetch_max(time, Ordering::Relaxed) >= time || slot.is_gone() {
+            return;
+        }
+        let newest = |holder: u32| {
+            self.slots
+                .get(holder as usize)
+                .map_or(i64::MIN, |s| s.newest.load(Ordering::Relaxed))
+        };
+        let mut holders = vec![&self.latest];
+        if let Some(project) = slot.project {
+            holders.push(self.projects.latest(project));
+        }
+        for holder in holders {
+            let mut current = holder.load(Ordering::Relaxed);
+            while current == NO_SLOT || (current != number && newest(current) < time) {
+                match holder.compare_exchange(current, number, Ordering::Relaxed, Ordering::Relaxed)
+                {
+                    Ok(_) => break,
+                    Err(now) => current = now,
+                }
+            }
+        }
+    }
+
+    /// After a removal: `latest` (of the root and of `project`) is chosen
+    /// again when it was the removed session. Walks the sessions only then.
+    fn rechoose_latest(&self, removed: u32, project: Option<u32>) {
+        let best = |members: &mut dyn Iterator<Item = u32>| {
+            members
+                .filter_map(|n| Some((n, self.slots.get(n as usize)?)))
+                .filter(|(_, slot)| !slot.is_gone())
+                .max_by_key(|(n, slot)| (slot.newest.load(Ordering::Relaxed), *n))
+                .map_or(NO_SLOT, |(n, _)| n)
+        };
+        if self.latest.load(Ordering::Relaxed) == removed {
+            let all = best(&mut (0..self.slots.len() as u32));
+            self.latest.store(all, Ordering::Relaxed);
+        }
+        if let Some(project) = project
+            && self.projects.latest(project).load(Ordering::Relaxed) == removed
+        {
+            let members = best(&mut self.projects.members(project).iter().copied());
+            self.projects
+                .latest(project)
+                .store(members, Ordering::Relaxed);
+        }
     }
 
     /// Marks a session removed from the store: it leaves the listing and its
@@ -180,6 +260,8 @@ impl Table {
         if let Some(day) = slot.day {
             self.days.leave(day, number);
         }
+        let project = slot.project;
+        self.rechoose_latest(number, project);
         self.version += 1;
     }
 
@@ -218,6 +300,14 @@ impl Table {
     fn len(&self) -> usize {
         self.slots.len()
     }
+}
+
+/// The newest time a listing gives a session: its log's last write, else its
+/// creation.
+fn listed_time(listed: &Listed) -> i64 {
+    listed.stored.map_or(listed.created_at, |stored| {
+        stored.modified_ms.max(listed.created_at)
+    })
 }
 
 /// Why a session whose id is stored more than once is not shown.
@@ -489,6 +579,9 @@ impl Sessions {
                     moved_slots.push((slot, listing));
                 } else {
                     *listed = self.listed(listing);
+                    let time = listed_time(&listed);
+                    drop(listed);
+                    table.note_time(number, time);
                 }
             }
             return Some(number);
@@ -561,6 +654,21 @@ impl Sessions {
     /// Up to `limit` sessions shown from slot `from` on.
     pub fn listed_from(&self, from: usize, limit: usize) -> Vec<(u32, Arc<Slot>)> {
         self.table().listed_from(from, limit)
+    }
+
+    /// Session `number` has an event at `time` (ms): `latest` may move to it.
+    pub fn note_time(&self, number: u32, time: i64) {
+        self.table().note_time(number, time);
+    }
+
+    /// The session `latest` leads to: of the whole store, or of `project`.
+    pub fn latest(&self, project: Option<u32>) -> Option<Arc<Slot>> {
+        let table = self.table();
+        let number = match project {
+            None => Some(table.latest.load(Ordering::Relaxed)).filter(|&n| n != NO_SLOT),
+            Some(project) => table.projects.latest_of(project),
+        }?;
+        table.get(number).filter(|slot| !slot.is_gone())
     }
 
     /// `sessions.jsonl` now, with its generation: one line per session shown,

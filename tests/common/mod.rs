@@ -362,7 +362,7 @@ pub fn session_dir(mount: &Path, id: &str) -> PathBuf {
 
 /// The names in a directory, sorted.
 /// The mount root's own entries, listed before its sessions.
-pub const ROOT_OWN: [&str; 4] = ["flush", "sessions.jsonl", "by-project", "by-date"];
+pub const ROOT_OWN: [&str; 5] = ["flush", "sessions.jsonl", "latest", "by-project", "by-date"];
 
 /// The names of the mount root's sessions (its own entries left out), sorted.
 pub fn session_names(mount: &Path) -> Vec<String> {

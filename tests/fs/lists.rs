@@ -34,11 +34,11 @@ fn lookup(world: &World, parent: u64, name: &str) -> u64 {
 fn the_root_shows_its_lists_after_flush() {
     let world = grouped(4);
     let names = list(&world.fs, ROOT, 3);
+    assert_eq!(names[..ROOT_OWN.len()], ROOT_OWN.map(String::from));
     assert_eq!(
-        names[..4],
-        ["flush", "sessions.jsonl", "by-project", "by-date"].map(String::from)
+        names[ROOT_OWN.len()..],
+        (0..4).map(name).collect::<Vec<_>>()
     );
-    assert_eq!(names[4..], (0..4).map(name).collect::<Vec<_>>());
 }
 
 #[test]
@@ -55,7 +55,9 @@ fn by_project_and_by_date_link_every_readable_session_once() {
     let mut linked = Vec::new();
     for project in &projects {
         let dir = lookup(&world, by_project, project);
-        for session in list(&world.fs, dir, 4) {
+        let listed = list(&world.fs, dir, 4);
+        assert_eq!(listed[0], "latest", "a project's own latest comes first");
+        for session in listed.into_iter().skip(1) {
             let link = lookup(&world, dir, &session);
             assert_eq!(
                 world.fs.readlink(link).expect("readlink"),
@@ -82,7 +84,7 @@ fn by_project_and_by_date_link_every_readable_session_once() {
     let other = lookup(&world, by_project, &projects[0]);
     let outside = list(&world.fs, lookup(&world, by_project, &projects[1]), 100);
     assert!(matches!(
-        world.fs.lookup(other, &outside[0]),
+        world.fs.lookup(other, &outside[1]),
         Err(Error::NotFound(_))
     ));
 }
@@ -134,7 +136,8 @@ fn the_lists_read_no_log_and_list_the_store_once_per_listing() {
     let by_project = lookup(&world, ROOT, "by-project");
     let mut links = 0;
     for project in list(&world.fs, by_project, 100) {
-        links += list(&world.fs, lookup(&world, by_project, &project), 500).len();
+        // Each project's links, and its `latest`.
+        links += list(&world.fs, lookup(&world, by_project, &project), 500).len() - 1;
     }
     assert_eq!(links, 3000);
     let catalog = world.read_all(lookup(&world, ROOT, "sessions.jsonl"));
@@ -148,4 +151,49 @@ fn the_lists_read_no_log_and_list_the_store_once_per_listing() {
     // `ls by-project` lists the store as `ls` of the root does; its
     // directories and links ask nothing more of it.
     assert!(world.calls.list.load(Ordering::Relaxed) <= listings + 2);
+}
+
+#[test]
+fn latest_leads_to_the_session_written_last_and_moves() {
+    let world = World::new(0, 0, config());
+    let mut header = SessionHeader::new("older", T0);
+    header.cwd = Some("/srv/a".into());
+    world.store.insert(header, world.events[..20].to_vec());
+    let mut header = SessionHeader::new("newer", T0 + DAY);
+    header.cwd = Some("/srv/b".into());
+    world.store.insert(header, world.events[..20].to_vec());
+    list(&world.fs, ROOT, 100);
+    let latest = lookup(&world, ROOT, "latest");
+    assert_eq!(world.fs.readlink(latest).expect("readlink"), "newer");
+    assert_eq!(world.fs.getattr(latest).expect("stat").size, 5);
+    // A session written later (here: created later; an in-memory store keeps
+    // no write times) moves it; the same inode leads elsewhere.
+    let mut header = SessionHeader::new("newest", T0 + 2 * DAY);
+    header.cwd = Some("/srv/a".into());
+    world.store.insert(header, world.events[..20].to_vec());
+    list(&world.fs, ROOT, 100);
+    assert_eq!(lookup(&world, ROOT, "latest"), latest);
+    assert_eq!(world.fs.readlink(latest).expect("readlink"), "newest");
+    // Each project has its own.
+    let by_project = lookup(&world, ROOT, "by-project");
+    let b = lookup(&world, by_project, "srv\u{2215}b");
+    let b_latest = lookup(&world, b, "latest");
+    assert_eq!(
+        world.fs.readlink(b_latest).expect("readlink"),
+        "../../newer"
+    );
+    let a = lookup(&world, by_project, "srv\u{2215}a");
+    let a_latest = lookup(&world, a, "latest");
+    assert_eq!(
+        world.fs.readlink(a_latest).expect("readlink"),
+        "../../newest"
+    );
+    // The latest session removed: the next newest is latest again.
+    world.store.remove("newest");
+    list(&world.fs, ROOT, 100);
+    assert_eq!(world.fs.readlink(latest).expect("readlink"), "newer");
+    assert_eq!(
+        world.fs.readlink(a_latest).expect("readlink"),
+        "../../older"
+    );
 }

@@ -284,7 +284,7 @@ fn read_handle(fs: &SessionFs, fh: u64) -> Vec<u8> {
 }
 
 /// The root's own entries, listed before its sessions.
-const ROOT_OWN: [&str; 4] = ["flush", "sessions.jsonl", "by-project", "by-date"];
+const ROOT_OWN: [&str; 5] = ["flush", "sessions.jsonl", "latest", "by-project", "by-date"];
 
 /// The sessions the root lists, in listing order.
 fn sessions_listed(fs: &SessionFs, batch: usize) -> Vec<String> {
