@@ -264,6 +264,14 @@ impl World {
             .ino
     }
 
+    /// Stores session `id` as the fixture's first `events` events (all of
+    /// them for `usize::MAX`), replacing what was stored.
+    fn put(&self, id: &str, events: usize) {
+        let events = &self.events[..events.min(self.events.len())];
+        self.store
+            .insert(SessionHeader::new(id, 1_772_457_300_000), events.to_vec());
+    }
+
     fn read_all(&self, ino: u64) -> Vec<u8> {
         let (fh, _) = self.fs.open(ino, false).expect("open");
         let bytes = read_handle(&self.fs, fh);

@@ -45,17 +45,20 @@ fn a_handle_follows_growth_and_keeps_its_snapshot_when_rewritten() {
     let events = &world.events;
     // Cut inside a tool call, before its result.
     let cut = first_of(events, "tool/call") + 1;
-    world.store.insert(
-        SessionHeader::new("grow", 1_772_457_300_000),
-        events[..cut].to_vec(),
-    );
+    world.put("grow", cut);
     let transcript = world.file("grow", "transcript.md");
     let (fh, _) = world.fs.open(transcript, false).expect("open");
     let start = read_handle(&world.fs, fh);
-    world.store.insert(
-        SessionHeader::new("grow", 1_772_457_300_000),
-        events.clone(),
-    );
+    let index = world.file("grow", "index.jsonl");
+    let (index_fh, _) = world.fs.open(index, false).expect("open index");
+    let index_start = read_handle(&world.fs, index_fh);
+    world.put("grow", usize::MAX);
+    // A file that only grew keeps its inode, and its readers read on.
+    assert_eq!(world.file("grow", "index.jsonl"), index, "same inode");
+    let index_now = world.read_all(index);
+    assert!(index_now.len() > index_start.len() && index_now.starts_with(&index_start));
+    assert_eq!(read_handle(&world.fs, index_fh), index_now);
+    world.fs.release(index_fh);
     let grown = read_handle(&world.fs, fh);
     assert!(grown.len() > start.len(), "the descriptor reads on");
     assert!(grown.starts_with(&start));
@@ -133,23 +136,14 @@ fn a_rewritten_file_keeps_the_snapshot_its_descriptor_opened() {
             ..config()
         },
     );
-    let events = &world.events;
-    let cut = first_of(events, "tool/call") + 1;
-    world.store.insert(
-        SessionHeader::new("quiet", 1_772_457_300_000),
-        events[..cut].to_vec(),
-    );
-    let surface = world.file("quiet", "surface.jsonl");
+    let surface = quiet_inside_a_tool_call(&world);
     let (fh, _) = world.fs.open(surface, false).expect("open");
     let held = read_handle(&world.fs, fh);
     assert!(
         String::from_utf8_lossy(&held).contains("tool"),
         "the synthetic result is shown"
     );
-    world.store.insert(
-        SessionHeader::new("quiet", 1_772_457_300_000),
-        events.clone(),
-    );
+    world.put("quiet", usize::MAX);
     let moved = world.file("quiet", "surface.jsonl");
     assert_ne!(moved, surface, "a rewritten file moves to a new inode");
     let now = world.read_all(moved);
@@ -173,29 +167,6 @@ fn a_rewritten_file_keeps_the_snapshot_its_descriptor_opened() {
         matches!(world.fs.getattr(surface), Err(Error::Stale(_))),
         "the old inode, held by no descriptor, is stale: the kernel looks the name up again"
     );
-}
-
-#[test]
-fn a_file_that_only_grows_keeps_its_inode_and_its_readers_read_on() {
-    let world = World::new(0, 0, config());
-    let events = &world.events;
-    let cut = first_of(events, "turn/end") + 1;
-    world.store.insert(
-        SessionHeader::new("growing", 1_772_457_300_000),
-        events[..cut].to_vec(),
-    );
-    let index = world.file("growing", "index.jsonl");
-    let (fh, _) = world.fs.open(index, false).expect("open");
-    let before = read_handle(&world.fs, fh);
-    world.store.insert(
-        SessionHeader::new("growing", 1_772_457_300_000),
-        events.clone(),
-    );
-    assert_eq!(world.file("growing", "index.jsonl"), index, "same inode");
-    let now = world.read_all(index);
-    assert!(now.len() > before.len() && now.starts_with(&before));
-    assert_eq!(read_handle(&world.fs, fh), now, "the descriptor reads on");
-    world.fs.release(fh);
 }
 
 #[test]
@@ -302,13 +273,7 @@ fn a_rewrite_while_the_view_was_dropped_still_moves_the_file_and_no_rewrite_keep
             ..config()
         },
     );
-    let events = &world.events;
-    let cut = first_of(events, "tool/call") + 1;
-    world.store.insert(
-        SessionHeader::new("quiet", 1_772_457_300_000),
-        events[..cut].to_vec(),
-    );
-    let surface = world.file("quiet", "surface.jsonl");
+    let surface = quiet_inside_a_tool_call(&world);
     let shown = world.read_all(surface);
     // Another session's use drops this view; nothing changed: same inode.
     world.read_all(world.file(&name(0), "surface.jsonl"));
@@ -316,14 +281,19 @@ fn a_rewrite_while_the_view_was_dropped_still_moves_the_file_and_no_rewrite_keep
     assert_eq!(world.read_all(surface), shown);
     // Dropped again, then rewritten (the closer gives way): a new inode.
     world.read_all(world.file(&name(1), "surface.jsonl"));
-    world.store.insert(
-        SessionHeader::new("quiet", 1_772_457_300_000),
-        events.clone(),
-    );
+    world.put("quiet", usize::MAX);
     let moved = world.file("quiet", "surface.jsonl");
     assert_ne!(
         moved, surface,
         "the rewrite is found against what was shown"
     );
     assert!(!world.read_all(moved).starts_with(&shown));
+}
+
+/// Stores session `quiet` as a log that ends inside a tool call, before its
+/// result; returns its `surface.jsonl`.
+fn quiet_inside_a_tool_call(world: &World) -> u64 {
+    let cut = first_of(&world.events, "tool/call") + 1;
+    world.put("quiet", cut);
+    world.file("quiet", "surface.jsonl")
 }
