@@ -29,6 +29,10 @@ Options:
                             into the store, as the Harness's load would),
                             poll (check used sessions every 0.5 s instead of
                             inotify; automatic on NFS, SMB, 9p and FUSE stores),
+                            unsafe_network_sqlite_writes (fork into an SQLite
+                            store on a network or FUSE file system anyway; it
+                            is mounted read-only there, as SQLite's locking
+                            cannot be trusted over one),
                             uid=N, gid=N, grace=SECONDS, cache=MIB (default 192),
                             window=MS (fork write-behind window, default 200),
                             attr_timeout=SECONDS (default 1), fsname=NAME,
@@ -58,6 +62,9 @@ pub struct Options {
     pub debug: bool,
     /// `-r` or `-o ro`: the control files refuse writes.
     pub read_only: bool,
+    /// `-o unsafe_network_sqlite_writes`: fork into an SQLite store on a network
+    /// or FUSE file system, whose locking SQLite cannot trust.
+    pub unsafe_network_sqlite_writes: bool,
     /// `-o allow_other`: other users may use the mount.
     pub allow_other: bool,
     /// `-o allow_root`: root may use the mount as well as its owner.
@@ -126,6 +133,7 @@ impl Options {
         match key {
             "" => {}
             "ro" => self.read_only = true,
+            "unsafe_network_sqlite_writes" => self.unsafe_network_sqlite_writes = true,
             "repair" => self.repair = true,
             "poll" => self.poll = true,
             "rw" => self.read_only = false,
@@ -183,6 +191,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         foreground: false,
         debug: false,
         read_only: false,
+        unsafe_network_sqlite_writes: false,
         allow_other: false,
         allow_root: false,
         uid: None,

@@ -158,19 +158,44 @@ fn serve(options: &Options, mut ready: Option<std::fs::File>) -> Result<(), Stri
     result
 }
 
+/// Why the mount takes no writes: `-o ro`, or an SQLite database on a network
+/// or FUSE file system, where SQLite's locking cannot keep two writers apart
+/// (said once in the log; `-o unsafe_network_sqlite_writes` overrides it).
+fn read_only_reason(options: &Options) -> Option<String> {
+    if options.read_only {
+        return Some("the mount is read-only (-o ro)".into());
+    }
+    let sqlite = options.store.is_file();
+    if !sqlite
+        || options.unsafe_network_sqlite_writes
+        || !sessionfs::store::watch::is_remote(&options.store)
+    {
+        return None;
+    }
+    let why = format!(
+        "the SQLite store {} is on a network or FUSE file system, where SQLite's locking is not safe: \
+         forks are refused (mount with -o unsafe_network_sqlite_writes to fork anyway, at the risk \
+         of a corrupt database)",
+        options.store.display()
+    );
+    log::warn!("mounted read-only: {why}");
+    Some(why)
+}
+
 fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Result<(), String> {
     let store = sessionfs::store::open(&options.store)?;
     let description = store.describe();
+    let read_only = read_only_reason(options);
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let config = FsConfig {
         uid: options.uid.unwrap_or(uid),
         gid: options.gid.unwrap_or(gid),
-        read_only: options.read_only,
+        repair: options.repair && read_only.is_none(),
+        read_only,
         grace: options.grace,
         cache_bytes: options.cache_bytes,
         write_window: options.window,
-        repair: options.repair && !options.read_only,
         umask: options.umask,
         store_read_bits: std::fs::metadata(&options.store)
             .map_or(0o444, |m| (m.permissions().mode() & 0o444) as u16),

@@ -85,7 +85,7 @@ impl SessionFs {
 
     /// Control files: readable as the session is, writable by the owner.
     fn control_perm(&self, read_bits: u16) -> u16 {
-        if self.config.read_only {
+        if self.config.read_only.is_some() {
             read_bits
         } else {
             read_bits | 0o200

@@ -87,8 +87,9 @@ pub struct FsConfig {
     pub uid: u32,
     /// The group every node shows.
     pub gid: u32,
-    /// `-o ro`: control files refuse writes.
-    pub read_only: bool,
+    /// Why control files refuse writes (`-o ro`, or an SQLite store on a
+    /// network file system); `None`: they take them.
+    pub read_only: Option<String>,
     /// How long a session whose last turn is open must be quiet before it is
     /// shown repaired (closed with synthetic events).
     pub grace: Duration,
@@ -119,7 +120,7 @@ impl Default for FsConfig {
         FsConfig {
             uid: 0,
             gid: 0,
-            read_only: false,
+            read_only: None,
             grace: Duration::from_secs(600),
             cache_bytes: 192 << 20,
             write_window: Duration::from_millis(200),

@@ -19,8 +19,8 @@ impl SessionFs {
         if write && !control {
             return Err(Error::ReadOnly("generated files are read-only".into()));
         }
-        if write && self.config.read_only {
-            return Err(Error::ReadOnly("the mount is read-only (-o ro)".into()));
+        if let (true, Some(why)) = (write, &self.config.read_only) {
+            return Err(Error::ReadOnly(why.clone()));
         }
         let content = if control {
             Some(Content {

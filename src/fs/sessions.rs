@@ -195,10 +195,12 @@ impl Table {
         if slot.newest.fetch_max(time, Ordering::Relaxed) >= time || slot.is_gone() {
             return;
         }
-        let newest = |holder: u32| {
-            self.slots
-                .get(holder as usize)
-                .map_or(i64::MIN, |s| s.newest.load(Ordering::Relaxed))
+        // Ties go to the greater name, so every mount of a store agrees.
+        let older = |holder: u32| {
+            self.slots.get(holder as usize).is_none_or(|other| {
+                (other.newest.load(Ordering::Relaxed), other.name.as_str())
+                    < (time, slot.name.as_str())
+            })
         };
         let mut holders = vec![&self.latest];
         if let Some(project) = slot.project {
@@ -206,7 +208,7 @@ impl Table {
         }
         for holder in holders {
             let mut current = holder.load(Ordering::Relaxed);
-            while current == NO_SLOT || (current != number && newest(current) < time) {
+            while current == NO_SLOT || (current != number && older(current)) {
                 match holder.compare_exchange(current, number, Ordering::Relaxed, Ordering::Relaxed)
                 {
                     Ok(_) => break,
@@ -223,7 +225,10 @@ impl Table {
             members
                 .filter_map(|n| Some((n, self.slots.get(n as usize)?)))
                 .filter(|(_, slot)| !slot.is_gone())
-                .max_by_key(|(n, slot)| (slot.newest.load(Ordering::Relaxed), *n))
+                .max_by(|(_, a), (_, b)| {
+                    (a.newest.load(Ordering::Relaxed), a.name.as_str())
+                        .cmp(&(b.newest.load(Ordering::Relaxed), b.name.as_str()))
+                })
                 .map_or(NO_SLOT, |(n, _)| n)
         };
         if self.latest.load(Ordering::Relaxed) == removed {

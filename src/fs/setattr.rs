@@ -129,7 +129,7 @@ mod tests {
         let (fs, _, header) = one_session(FsConfig::default());
         assert_eq!(errno(fs.setattr(header, TRUNCATE)), libc::EROFS);
         let read_only = FsConfig {
-            read_only: true,
+            read_only: Some("the mount is read-only (-o ro)".into()),
             ..FsConfig::default()
         };
         let (fs, fork, _) = one_session(read_only);

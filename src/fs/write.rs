@@ -19,6 +19,15 @@ use crate::store::{Catalog, Listing, SessionKey};
 impl SessionFs {
     /// What reading a control file shows now; its `stat` size is this length.
     pub(super) fn control_status(&self, ino: Ino) -> crate::error::Result<String> {
+        let mut status = self.control_state(ino)?;
+        // Why a write would be refused, where it can be read.
+        if let Some(why) = &self.config.read_only {
+            status.push_str(&format!("read-only: {why}\n"));
+        }
+        Ok(status)
+    }
+
+    fn control_state(&self, ino: Ino) -> crate::error::Result<String> {
         match ino {
             Ino::RootFlush => Ok(self.writeback.status(FlushScope::Everything)),
             Ino::Session(number, Node::Flush) => {
@@ -38,8 +47,8 @@ impl SessionFs {
 
     /// A write to a control file.
     pub fn write(&self, ino: u64, data: &[u8]) -> crate::error::Result<usize> {
-        if self.config.read_only {
-            return Err(Error::ReadOnly("the mount is read-only (-o ro)".into()));
+        if let Some(why) = &self.config.read_only {
+            return Err(Error::ReadOnly(why.clone()));
         }
         match Ino::decode(ino) {
             Some(Ino::RootFlush) => self.flush_command(None, data),
@@ -59,7 +68,7 @@ impl SessionFs {
     pub fn truncate(&self, ino: u64) -> crate::error::Result<Attr> {
         match Ino::decode(ino) {
             Some(Ino::RootFlush | Ino::Session(_, Node::Fork | Node::Flush))
-                if !self.config.read_only =>
+                if self.config.read_only.is_none() =>
             {
                 self.getattr(ino)
             }

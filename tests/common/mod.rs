@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 pub mod harness;
 pub mod harness_writer;
+pub mod servers;
 pub mod views;
 
 pub fn fixtures() -> PathBuf {

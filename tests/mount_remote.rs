@@ -1,0 +1,119 @@
+//! Stores on other hosts, through sshfs on loopback: a JSONL store followed by
+//! polling (appends, new and removed sessions, forks landing on the far side),
+//! and an SQLite store, which sessionfs mounts read-only there because SQLite's
+//! locking is not safe over a network file system.
+
+mod common;
+
+use std::time::Duration;
+
+use common::harness::{append_jsonl, session_home};
+use common::servers::Sshd;
+use common::{Mount, session_dir, session_names, store_copy, within};
+use serde_json::json;
+
+/// Polling every 0.5 s, plus a second: the bound the issue sets.
+const SHOWS_WITHIN: Duration = Duration::from_millis(1500);
+
+#[test]
+fn a_jsonl_store_over_sshfs_is_followed_and_forked_into() {
+    let copy = store_copy("jsonl");
+    let sshd = Sshd::start();
+    let remote = sshd.sshfs(&copy.path);
+    let mount = Mount::builder(remote.path())
+        .options(&["-o", "grace=600"])
+        .capture_stderr()
+        .start();
+    let dir = session_dir(mount.path(), "ledger-chat");
+    let events = common::event_names(&dir).len() as u64;
+    // An append on the far side (the directory itself) shows.
+    let title = json!({"type": "session/title", "seq": events, "time": 1_790_000_000_000i64, "data": {"title": "over sshfs", "messageSeqs": [], "source": {"kind": "user"}}});
+    append_jsonl(&copy.path, "ledger-chat", &[title]);
+    let took = within(SHOWS_WITHIN, "the append over sshfs", || {
+        common::event_names(&dir).len() as u64 == events + 1
+    });
+    eprintln!("append shown after {took:?}");
+    // A new session on the far side shows; a removed one goes.
+    let home = session_home(&copy.path, "release-notes");
+    let fresh = home.parent().expect("project").join("far-side-new");
+    std::fs::create_dir_all(&fresh).expect("mkdir");
+    let text = std::fs::read_to_string(home.join("session.jsonl")).expect("log");
+    std::fs::write(
+        fresh.join("session.jsonl"),
+        text.replacen("\"id\":\"release-notes\"", "\"id\":\"far-side-new\"", 1),
+    )
+    .expect("write");
+    let took = within(SHOWS_WITHIN, "the new session over sshfs", || {
+        session_names(mount.path()).contains(&"far-side-new".to_string())
+    });
+    eprintln!("new session listed after {took:?}");
+    std::fs::remove_dir_all(&fresh).expect("remove");
+    within(SHOWS_WITHIN, "the removed session gone", || {
+        !session_names(mount.path()).contains(&"far-side-new".to_string())
+    });
+    // A fork through the mount lands on the far side, complete.
+    std::fs::write(dir.join("fork"), b"321 forked-over-sshfs\n").expect("fork");
+    std::fs::write(mount.path().join("flush"), b"\n").expect("flush");
+    let child = session_home(&copy.path, "forked-over-sshfs").join("session.jsonl");
+    let written = std::fs::read_to_string(&child).expect("the child on the far side");
+    assert!(
+        written.contains("\"id\":\"forked-over-sshfs\""),
+        "{written:.200}"
+    );
+    assert!(!mount.stderr().contains("read-only"), "{}", mount.stderr());
+    drop(mount);
+    drop(remote);
+    // Read on the far side itself, the child holds seqs 0..=321 and its seed marker.
+    let local = Mount::new(&copy.path, &["-o", "grace=600"]);
+    let names = common::event_names(&session_dir(local.path(), "forked-over-sshfs"));
+    assert_eq!(names.len(), 322 + 1, "{:?}", names.last());
+    drop(local);
+}
+
+#[test]
+fn an_sqlite_store_over_sshfs_is_mounted_read_only_and_says_why() {
+    let copy = store_copy("sqlite17");
+    let sshd = Sshd::start();
+    let remote = sshd.sshfs(copy.path.parent().expect("store dir"));
+    let database = remote.join(copy.path.file_name().expect("db name"));
+    let before = std::fs::read(&copy.path).expect("db");
+    let mount = Mount::builder(&database).capture_stderr().start();
+    let dir = session_dir(mount.path(), "ledger-chat");
+    assert!(
+        dir.join("transcript.md").is_file(),
+        "sessions read as before"
+    );
+    let refused = std::fs::write(dir.join("fork"), b"321 never\n").expect_err("refused");
+    assert_eq!(refused.raw_os_error(), Some(libc::EROFS), "{refused}");
+    let refused = std::fs::write(mount.path().join("flush"), b"\n").expect_err("refused");
+    assert_eq!(refused.raw_os_error(), Some(libc::EROFS));
+    let status = std::fs::read_to_string(dir.join("fork")).expect("cat fork");
+    assert!(
+        status.contains("read-only: the SQLite store") && status.contains("network or FUSE"),
+        "{status}"
+    );
+    assert_eq!(
+        std::fs::metadata(dir.join("fork")).expect("stat").len(),
+        status.len() as u64,
+        "sized exactly"
+    );
+    let log = mount.stderr();
+    assert_eq!(
+        log.matches("mounted read-only: the SQLite store").count(),
+        1,
+        "{log}"
+    );
+    drop(mount);
+    assert_eq!(
+        std::fs::read(&copy.path).expect("db"),
+        before,
+        "nothing was written"
+    );
+    // The option whose name says the risk lifts it.
+    let mount = Mount::new(&database, &["-o", "unsafe_network_sqlite_writes"]);
+    let status = std::fs::read_to_string(session_dir(mount.path(), "ledger-chat").join("fork"))
+        .expect("cat fork");
+    assert!(!status.contains("read-only"), "{status}");
+    drop(mount);
+    drop(remote);
+}
