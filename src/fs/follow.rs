@@ -63,6 +63,8 @@ struct Watches {
     /// The store's data is to be asked again soon (a write was seen while it
     /// landed).
     data_recheck: bool,
+    /// The watch limit was reached and said so in the log.
+    limit_reported: bool,
     last_poll: Option<Instant>,
 }
 
@@ -140,6 +142,16 @@ impl Follow {
             Ok(wd) => {
                 watches.sessions.entry(wd).or_default().push(number);
                 watches.of_slot.insert(number, wd);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                // Said once: past the limit every further session would say it.
+                if !std::mem::replace(&mut watches.limit_reported, true) {
+                    log::warn!(
+                        "the inotify watch limit (fs.inotify.max_user_watches) is reached: \
+                         sessions in use beyond it are polled every {POLL_EVERY:?}"
+                    );
+                }
+                watches.polled.insert(number);
             }
             Err(e) => {
                 log::info!(
