@@ -11,9 +11,11 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, TransactionBehavior};
 
+use crate::Bench;
 use crate::mount::{quote, time_sh};
+use crate::stores::{LARGE, SMALL, large_specs};
+use crate::table::{Row, print_table, secs};
 use crate::write::{self, Enc, Encoders, SessionSpec};
-use crate::{Bench, LARGE, Row, SMALL, large_specs, print_table, secs};
 
 /// Copies the session `spec` of the cached large store into a fresh store for
 /// appending: the one artifact for JSONL, the whole database for SQLite.
@@ -186,7 +188,7 @@ pub fn run(bench: &mut Bench) {
         &Enc::ALL,
         bench.options.regenerate,
     );
-    crate::describe("large", &source, seconds);
+    crate::stores::describe("large", &source, seconds);
     println!(
         "following: +{} events/s in batches every 200 ms for {} s, transcript.md tailed every second",
         bench.options.rate, bench.options.duration
@@ -238,7 +240,7 @@ pub fn run(bench: &mut Bench) {
                         floor: format!("{small:.2} s"),
                         ratio: format!("{ratio:.2}×"),
                         target: "≤ 2× the small log".into(),
-                        met: crate::yes(ratio <= 2.0),
+                        met: crate::table::yes(ratio <= 2.0),
                     });
                 }
             }

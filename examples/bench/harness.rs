@@ -16,9 +16,10 @@
 
 use std::path::Path;
 
+use crate::Bench;
 use crate::mount::{quote, try_time_sh};
+use crate::table::{Row, secs, yes};
 use crate::write::Enc;
-use crate::{Bench, Row, secs, yes};
 
 /// The target: sessionfs at most this fraction of the Harness's time.
 const TARGET: f64 = 1.0 / 3.0;

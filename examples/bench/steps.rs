@@ -2,9 +2,13 @@
 //! no more than the session's first build, and reading one call's
 //! `messages.jsonl` cold at most 2× reading `surface.jsonl` cold.
 
-use super::{Bench, CREATED, Row, SessionSpec, secs, time_row, timed};
+use crate::Bench;
+use crate::checks::timed;
+use crate::mount::quote;
+use crate::stores::{CREATED, scaled};
 use crate::synth::{Profile, Rng};
-use crate::write::Store;
+use crate::table::{Row, secs, time_row};
+use crate::write::{SessionSpec, Store};
 
 pub const STEPS_SESSION: &str = "bench-steps";
 
@@ -15,7 +19,7 @@ pub fn specs(seed: u64, scale: f64) -> Vec<SessionSpec> {
         created_at: CREATED,
         seed: Rng::derive(seed ^ 0x7374_6570, 1).next_u64(),
         profile: Profile::streaming(),
-        stop_events: super::scaled(69_030.0, scale),
+        stop_events: scaled(69_030.0, scale),
         stop_bytes: u64::MAX,
         needle: None,
     }]
@@ -31,19 +35,15 @@ pub fn figure(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &mut
         let (build, _) = timed(
             &mount,
             &name,
-            &format!("cat {}/header.json > /dev/null", super::quote(&dir)),
+            &format!("cat {}/header.json > /dev/null", quote(&dir)),
         );
-        let (listing, out) = timed(
-            &mount,
-            &name,
-            &format!("ls {}/steps | wc -l", super::quote(&dir)),
-        );
+        let (listing, out) = timed(&mount, &name, &format!("ls {}/steps | wc -l", quote(&dir)));
         let calls: u64 = out.trim().parse().unwrap_or(0);
         assert!(calls > 0, "{name} lists no model calls");
         let (_, last) = timed(
             &mount,
             &name,
-            &format!("ls {}/steps | tail -1", super::quote(&dir)),
+            &format!("ls {}/steps | tail -1", quote(&dir)),
         );
         let last = last.trim().to_string();
         mount.finish();
@@ -59,11 +59,7 @@ pub fn figure(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &mut
             let mount = bench.mount(&store.root(enc), "grace=0");
             bench.cold();
             let path = mount.path(&name).join(file);
-            let (seconds, _) = timed(
-                &mount,
-                &name,
-                &format!("cat {} > /dev/null", super::quote(&path)),
-            );
+            let (seconds, _) = timed(&mount, &name, &format!("cat {} > /dev/null", quote(&path)));
             let size = std::fs::metadata(&path).map_or(0, |m| m.len());
             mount.finish();
             (seconds, size)

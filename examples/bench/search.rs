@@ -1,0 +1,110 @@
+//! Figure 3: cold `grep -rl` over every transcript of a ~1 GiB store, against
+//! `zstd -dc` of every artifact piped to grep.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+
+use crate::Bench;
+use crate::checks::expect_readable;
+use crate::mount::{quote, time_sh};
+use crate::stores::NEEDLE;
+use crate::table::{MIB, Row, secs, time_row, yes};
+use crate::write::{Enc, SessionSpec, Store};
+
+/// Figure 3: `grep -rl` over every transcript of a 1 GiB store.
+pub fn figure(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &mut Vec<String>) {
+    let root = store.root(Enc::Zstd);
+    bench.cold();
+    let (floor, count) = time_sh(&format!(
+        "find {} -name session.jsonl.zstd -print0 | xargs -0 zstd -dc --no-asyncio | grep -c {NEEDLE}",
+        quote(&root)
+    ));
+    let expected: BTreeSet<String> = store
+        .sessions
+        .iter()
+        .filter(|s| s.needle.is_some())
+        .map(SessionSpec::mount_name)
+        .collect();
+    assert!(
+        count.trim().parse::<usize>().unwrap_or(0) >= expected.len(),
+        "the needle is in the artifacts"
+    );
+    let t = store.total();
+    notes.push(format!(
+        "3: {} sessions, {:.0} MiB plaintext, {:.0} MiB zstd; needle in {} sessions; floor `zstd -dc --no-asyncio | grep -c` cold {}",
+        store.sessions.len(),
+        t.plain as f64 / MIB,
+        t.zstd as f64 / MIB,
+        expected.len(),
+        secs(floor)
+    ));
+    for &enc in &bench.options.encodings.clone() {
+        let mount = bench.mount(&store.root(enc), "grace=0");
+        bench.cold();
+        let cpu = mount.cpu_seconds();
+        let (_, read_before) = mount.io();
+        let (seconds, out) = time_sh(&format!(
+            "cd {} && grep -rl {NEEDLE} */transcript.md; true",
+            quote(&mount.dir)
+        ));
+        let cpu = mount.cpu_seconds() - cpu;
+        let read = mount.io().1 - read_before;
+        let found: BTreeSet<String> = out
+            .lines()
+            .filter_map(|l| l.strip_suffix("/transcript.md"))
+            .map(String::from)
+            .collect();
+        let peak = mount.peak_rss();
+        let (_, listed) = time_sh(&format!(
+            "cd {} && ls -d */transcript.md | wc -l",
+            quote(&mount.dir)
+        ));
+        if listed.trim().parse::<usize>().unwrap_or(0) != store.sessions.len() {
+            for spec in &store.sessions {
+                expect_readable(&mount, &spec.mount_name());
+            }
+        }
+        mount.finish();
+        assert_eq!(
+            found, expected,
+            "grep -rl found the needle in the wrong sessions"
+        );
+        rows.push(time_row(
+            format!("3 cold grep -rl over */transcript.md [{}]", enc.name()),
+            seconds,
+            floor,
+            2.0,
+            None,
+        ));
+        rows.push(Row {
+            figure: format!("3 peak RSS of sessionfs, default cache [{}]", enc.name()),
+            value: format!("{:.0} MiB", peak as f64 / MIB),
+            floor: "-".into(),
+            ratio: "-".into(),
+            target: "≤ 256 MiB".into(),
+            met: yes(peak <= 256 << 20),
+        });
+        let stored = tree_bytes(&store.root(enc));
+        notes.push(format!(
+            "3 [{}]: sessionfs used {} CPU; its peak RSS was {:.0} MiB; it read {:.0} MiB through system calls, {:.2}× the {:.0} MiB store (each session built once reads the store about once)",
+            enc.name(),
+            secs(cpu),
+            peak as f64 / MIB,
+            read as f64 / MIB,
+            read as f64 / stored.max(1) as f64,
+            stored as f64 / MIB
+        ));
+    }
+}
+
+/// The bytes of a file, or of every file under a directory.
+fn tree_bytes(path: &Path) -> u64 {
+    match fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => fs::read_dir(path)
+            .map(|entries| entries.flatten().map(|e| tree_bytes(&e.path())).sum())
+            .unwrap_or(0),
+        Ok(meta) => meta.len(),
+        Err(_) => 0,
+    }
+}
