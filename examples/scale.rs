@@ -253,10 +253,11 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
     let by_project_ls = format!("ls {}/by-project/* | wc -l", quote(&mnt));
     let (_, out) = time_sh(&by_project_ls);
     let linked: usize = out.trim().parse().unwrap_or(0);
-    // Each project's name line and the blank line between, then its links.
+    // Each project's name line and the blank line between, then its `latest`
+    // and its links.
     assert_eq!(
         linked,
-        size + 2 * PROJECTS - 1,
+        size + 3 * PROJECTS - 1,
         "ls by-project/* listed {linked} lines"
     );
     let by_project = (0..3)
