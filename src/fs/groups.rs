@@ -7,6 +7,15 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// Which of the two groupings: `by-project/` or `by-date/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum By {
+    /// By the header's cwd.
+    Project,
+    /// By the UTC day of creation.
+    Day,
+}
+
 /// No slot: a group (or the root) whose `latest` leads nowhere yet.
 pub(super) const NO_SLOT: u32 = u32::MAX;
 
@@ -61,11 +70,6 @@ impl Groups {
     pub fn latest_of(&self, number: u32) -> Option<u32> {
         let slot = self.latest.get(number as usize)?.load(Ordering::Relaxed);
         (slot != NO_SLOT).then_some(slot)
-    }
-
-    /// The name of group `number`.
-    pub fn name(&self, number: u32) -> Option<&str> {
-        self.names.get(number as usize).map(String::as_str)
     }
 
     /// The members of group `number`, in the order they joined.

@@ -4,9 +4,10 @@
 //! `by-date/YYYY-MM-DD/`, links to the sessions of a project (its cwd, `/`
 //! shown as `∕`, with a `latest` of its own) or of a day of creation (UTC).
 
-use super::attr::{dir_perm, time_of};
 use std::sync::Arc;
 
+use super::attr::{dir_perm, time_of};
+use super::groups::By;
 use super::inode::{Ino, Lists};
 use super::sessions::Slot;
 use super::{Attr, DirEntry, Kind, SessionFs};
@@ -21,6 +22,32 @@ pub(super) const ROOT_LISTS: [(&str, Lists, Kind); 4] = [
     ("by-project", Lists::ByProject, Kind::Dir),
     ("by-date", Lists::ByDate, Kind::Dir),
 ];
+
+/// The directory of group `number` of a grouping.
+fn group_dir(by: By, number: u32) -> Lists {
+    match by {
+        By::Project => Lists::Project(number),
+        By::Day => Lists::Day(number),
+    }
+}
+
+/// The grouping a list directory (or its parent) belongs to.
+fn grouping(list: Lists) -> By {
+    match list {
+        Lists::ByDate | Lists::Day(_) => By::Day,
+        _ => By::Project,
+    }
+}
+
+impl Slot {
+    /// Its group in a grouping (`None`: its header could not be read).
+    fn group(&self, by: By) -> Option<u32> {
+        match by {
+            By::Project => self.project,
+            By::Day => self.day,
+        }
+    }
+}
 
 impl SessionFs {
     /// The root list named `name`, in its current generation.
@@ -45,8 +72,8 @@ impl SessionFs {
         let missing = || Error::NotFound(format!("no entry {name}"));
         let entry = match parent {
             Lists::ByProject | Lists::ByDate => {
-                let by_date = parent == Lists::ByDate;
-                let find = || self.sessions.group_by_name(by_date, name);
+                let by = grouping(parent);
+                let find = || self.sessions.group_by_name(by, name);
                 // A name not known yet may be a project or day just added.
                 let group = find()
                     .or_else(|| {
@@ -54,17 +81,14 @@ impl SessionFs {
                         find()
                     })
                     .ok_or_else(missing)?;
-                match by_date {
-                    true => Lists::Day(group),
-                    false => Lists::Project(group),
-                }
+                group_dir(by, group)
             }
             Lists::Project(group) if name == "latest" => Lists::ProjectLatest(group),
             Lists::Project(group) | Lists::Day(group) => {
-                let by_date = matches!(parent, Lists::Day(_));
+                let by = grouping(parent);
                 let slot = self.sessions.by_name(name).ok_or_else(missing)?;
-                let (_, members) = self.sessions.group(by_date, group).ok_or_else(missing)?;
-                if !members.contains(&slot) {
+                // A slot knows its own groups: no walk over the members.
+                if self.slot(slot)?.group(by) != Some(group) {
                     return Err(missing());
                 }
                 Lists::Link(slot)
@@ -83,20 +107,16 @@ impl SessionFs {
     ) -> Result<Vec<DirEntry>> {
         match dir {
             Lists::ByProject | Lists::ByDate => {
-                let by_date = dir == Lists::ByDate;
+                let by = grouping(dir);
                 if offset == 0 {
                     self.relist(self.config.relist);
                 }
                 Ok(self
                     .sessions
-                    .groups_from(by_date, offset as usize, limit)
+                    .groups_from(by, offset as usize, limit)
                     .into_iter()
                     .map(|(group, name)| DirEntry {
-                        ino: Ino::Lists(match by_date {
-                            true => Lists::Day(group),
-                            false => Lists::Project(group),
-                        })
-                        .encode(),
+                        ino: Ino::Lists(group_dir(by, group)).encode(),
                         kind: Kind::Dir,
                         name,
                         next: u64::from(group) + 1,
@@ -104,37 +124,30 @@ impl SessionFs {
                     .collect())
             }
             Lists::Project(group) | Lists::Day(group) => {
-                let by_date = matches!(dir, Lists::Day(_));
-                let (_, members) = self
-                    .sessions
-                    .group(by_date, group)
-                    .ok_or_else(|| Error::NotFound(format!("no group {group}")))?;
+                let by = grouping(dir);
                 // A project's `latest` first, at offset 0; member `k` at `k + 1`.
-                let latest =
-                    (!by_date && self.sessions.latest(Some(group)).is_some()).then(|| DirEntry {
-                        ino: Ino::Lists(Lists::ProjectLatest(group)).encode(),
-                        kind: Kind::Symlink,
-                        name: "latest".into(),
-                        next: 1,
-                    });
-                let links = members
+                let latest = (by == By::Project
+                    && offset == 0
+                    && self.sessions.latest(Some(group)).is_some())
+                .then(|| DirEntry {
+                    ino: Ino::Lists(Lists::ProjectLatest(group)).encode(),
+                    kind: Kind::Symlink,
+                    name: "latest".into(),
+                    next: 1,
+                });
+                let room = limit - usize::from(latest.is_some());
+                let from = offset.saturating_sub(1) as usize;
+                let links = self
+                    .sessions
+                    .members_from(by, group, from, room)
                     .into_iter()
-                    .enumerate()
-                    .skip(offset.saturating_sub(1) as usize)
-                    .filter_map(|(k, slot)| Some((k, self.slot(slot).ok()?)))
-                    .filter(|(_, slot)| !slot.is_gone())
                     .map(|(k, slot)| DirEntry {
                         ino: Ino::Lists(Lists::Link(slot.number)).encode(),
                         kind: Kind::Symlink,
                         name: slot.name.clone(),
                         next: k as u64 + 2,
                     });
-                Ok(latest
-                    .filter(|_| offset == 0)
-                    .into_iter()
-                    .chain(links)
-                    .take(limit)
-                    .collect())
+                Ok(latest.into_iter().chain(links).take(limit).collect())
             }
             _ => Err(Error::NotDir("not a directory".into())),
         }
@@ -154,19 +167,12 @@ impl SessionFs {
                 Ok(self.make_attr(ino, Kind::Dir, 0, dir_perm(perm), self.started))
             }
             Lists::Project(group) | Lists::Day(group) => {
-                let by_date = matches!(entry, Lists::Day(_));
-                let (_, members) = self
-                    .sessions
-                    .group(by_date, group)
-                    .filter(|(_, members)| !members.is_empty())
-                    .ok_or_else(|| Error::NotFound(format!("no group {group}")))?;
+                let by = grouping(entry);
                 // The time of its newest session: it changes only when one joins.
-                let newest = members
-                    .iter()
-                    .filter_map(|&slot| self.slot(slot).ok())
-                    .map(|slot| lock(&slot.listed).created_at)
-                    .max()
-                    .unwrap_or_default();
+                let newest = self
+                    .sessions
+                    .newest_created(by, group)
+                    .ok_or_else(|| Error::NotFound(format!("no group {group}")))?;
                 let time = time_of(newest);
                 Ok(self.make_attr(ino, Kind::Dir, 0, dir_perm(perm), time))
             }

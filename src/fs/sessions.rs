@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use super::groups::{Groups, NO_SLOT};
+use super::groups::{By, Groups, NO_SLOT};
 use super::names::{NAME_MAX, id_of, mount_name, shown_name};
 use super::shown::Shown;
 use crate::bytes::Bytes;
@@ -148,6 +148,13 @@ impl Default for Table {
 }
 
 impl Table {
+    fn groups(&self, by: By) -> &Groups {
+        match by {
+            By::Project => &self.projects,
+            By::Day => &self.days,
+        }
+    }
+
     fn add(&mut self, name: String, id: &str, listed: Listed, refusal: Option<Refusal>) -> u32 {
         let number = self.slots.len() as u32;
         if let Some(parent) = &listed.parent {
@@ -167,6 +174,7 @@ impl Table {
             ),
         };
         self.version += 1;
+        let time = listed_time(&listed);
         self.slots.push(Arc::new(Slot {
             number,
             name: name.clone(),
@@ -180,7 +188,6 @@ impl Table {
             seen: AtomicU32::new(self.generation),
         }));
         self.by_name.insert(name, number);
-        let time = listed_time(&lock(&self.slots[number as usize].listed));
         self.note_time(number, time);
         number
     }
@@ -202,11 +209,8 @@ impl Table {
                     < (time, slot.name.as_str())
             })
         };
-        let mut holders = vec![&self.latest];
-        if let Some(project) = slot.project {
-            holders.push(self.projects.latest(project));
-        }
-        for holder in holders {
+        let project = slot.project.map(|project| self.projects.latest(project));
+        for holder in std::iter::once(&self.latest).chain(project) {
             let mut current = holder.load(Ordering::Relaxed);
             while current == NO_SLOT || (current != number && older(current)) {
                 match holder.compare_exchange(current, number, Ordering::Relaxed, Ordering::Relaxed)
@@ -718,39 +722,49 @@ impl Sessions {
         lock(&self.catalog).shown.generation()
     }
 
-    /// Up to `limit` projects (`by_date`: days) with sessions shown, from
-    /// group `from` on, with their numbers.
-    pub fn groups_from(&self, by_date: bool, from: usize, limit: usize) -> Vec<(u32, String)> {
-        let table = self.table();
-        let groups = if by_date {
-            &table.days
-        } else {
-            &table.projects
-        };
-        groups.listed_from(from, limit)
+    /// Up to `limit` groups with sessions shown, from group `from` on, with
+    /// their numbers.
+    pub fn groups_from(&self, by: By, from: usize, limit: usize) -> Vec<(u32, String)> {
+        self.table().groups(by).listed_from(from, limit)
     }
 
-    /// The project (`by_date`: day) named `name`, when it has sessions.
-    pub fn group_by_name(&self, by_date: bool, name: &str) -> Option<u32> {
-        let table = self.table();
-        let groups = if by_date {
-            &table.days
-        } else {
-            &table.projects
-        };
-        groups.by_name(name)
+    /// The group named `name`, when it has sessions.
+    pub fn group_by_name(&self, by: By, name: &str) -> Option<u32> {
+        self.table().groups(by).by_name(name)
     }
 
-    /// The name of a project (`by_date`: day) and its sessions' slots.
-    pub fn group(&self, by_date: bool, number: u32) -> Option<(String, Vec<u32>)> {
+    /// Up to `limit` sessions shown of group `number`, from its member `from`
+    /// on, each with its place among the members.
+    pub fn members_from(
+        &self,
+        by: By,
+        number: u32,
+        from: usize,
+        limit: usize,
+    ) -> Vec<(usize, Arc<Slot>)> {
         let table = self.table();
-        let groups = if by_date {
-            &table.days
-        } else {
-            &table.projects
-        };
-        let name = groups.name(number)?.to_string();
-        Some((name, groups.members(number).to_vec()))
+        table
+            .groups(by)
+            .members(number)
+            .iter()
+            .enumerate()
+            .skip(from)
+            .filter_map(|(k, &slot)| Some((k, table.get(slot)?)))
+            .filter(|(_, slot)| !slot.is_gone())
+            .take(limit)
+            .collect()
+    }
+
+    /// The creation time of group `number`'s newest session, when it has one.
+    pub fn newest_created(&self, by: By, number: u32) -> Option<i64> {
+        let table = self.table();
+        table
+            .groups(by)
+            .members(number)
+            .iter()
+            .filter_map(|&slot| table.get(slot))
+            .map(|slot| lock(&slot.listed).created_at)
+            .max()
     }
 
     /// Slots in the table, removed sessions included.
