@@ -218,14 +218,12 @@ impl Bytes {
         if len > self.len() {
             return None;
         }
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut digest = crate::digest::Fnv::default();
         self.visit(0..len, |part| {
-            for &byte in part {
-                hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
-            }
+            digest.write(part);
             true
         });
-        Some(hash)
+        Some(digest.finish())
     }
 
     /// True when `prefix` is a prefix of these bytes. Pieces both hold at the

@@ -29,6 +29,7 @@
 pub mod bytes;
 pub mod catalog;
 pub mod cli;
+pub mod digest;
 pub mod error;
 pub mod fs;
 pub mod fuse;

@@ -202,7 +202,7 @@ fn derived_views_equal_a_naive_reference_fold() {
             .collect();
         store.insert(header(&id), events);
         let source = SessionSource::new(Arc::new(store), SessionKey::Row(id.clone()));
-        let mut view = SessionView::open(source, &id, None, Duration::ZERO, None);
+        let mut view = SessionView::open(source, &id, None, Duration::ZERO, None, None);
         assert!(
             view.file(FileId::Error).is_none(),
             "seed {seed}: {:?}",

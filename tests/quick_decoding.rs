@@ -664,7 +664,8 @@ fn every_fixture_event_is_sized_as_its_file_reads() {
             // Quiet at once, so crashed logs show their synthetic closers.
             let source = SessionSource::new(backend.clone(), listing.key.clone());
             let refused = listing.header.as_ref().err().cloned().map(Refused::Header);
-            let mut view = SessionView::open(source, &listing.id, refused, Duration::ZERO, None);
+            let mut view =
+                SessionView::open(source, &listing.id, refused, Duration::ZERO, None, None);
             for seq in 0..view.event_count() {
                 let which = FileId::Event(seq);
                 let size = view.file_size(which).unwrap();

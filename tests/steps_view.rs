@@ -16,7 +16,7 @@ use sessionfs::view::{CallFile, FileId, Refused, SessionSource, SessionView};
 fn open(backend: &Arc<dyn Backend>, listing: &Listing, grace: Duration) -> SessionView {
     let source = SessionSource::new(backend.clone(), listing.key.clone());
     let refused = listing.header.as_ref().err().cloned().map(Refused::Header);
-    SessionView::open(source, &listing.id, refused, grace, None)
+    SessionView::open(source, &listing.id, refused, grace, None, None)
 }
 
 /// The bytes of one file of model call `index`.

@@ -181,7 +181,7 @@ pub fn known_closer_refusal(refusal: &Refusal) {
 fn open(store: &Arc<dyn Backend>, listing: &Listing) -> SessionView {
     let source = SessionSource::new(store.clone(), listing.key.clone());
     let refused = listing.header.as_ref().err().cloned().map(Refused::Header);
-    SessionView::open(source, &listing.id, refused, Duration::ZERO, None)
+    SessionView::open(source, &listing.id, refused, Duration::ZERO, None, None)
 }
 
 /// What `check_view` loaded: the session's view, and its view after the

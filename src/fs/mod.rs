@@ -72,7 +72,7 @@ use crate::error::{Error, Result};
 use crate::store::memory::MemoryStore;
 use crate::store::{Backend, Listing, SessionKey};
 use crate::sync::lock;
-use crate::view::{Content, FileId, Refused, SessionView};
+use crate::view::{Content, FileId, Refused, SavedScans, SessionView};
 use follow::Watched;
 use inode::{Ino, Lists, Node};
 use paged::{Spill, Spilled};
@@ -113,6 +113,9 @@ pub struct FsConfig {
     /// `-o poll`: check used sessions every `recheck` instead of watching the
     /// store with inotify.
     pub poll: bool,
+    /// Where sessions' scans are saved for the next mount (the persistent
+    /// index); `None` (`-o noindex`): every mount reads each log whole.
+    pub saved_scans: Option<Arc<dyn SavedScans>>,
 }
 
 impl Default for FsConfig {
@@ -130,6 +133,7 @@ impl Default for FsConfig {
             umask: None,
             store_read_bits: 0o444,
             poll: false,
+            saved_scans: None,
         }
     }
 }
@@ -235,7 +239,12 @@ impl SessionFs {
         let fs = Arc::new_cyclic(|this| SessionFs {
             this: this.clone(),
             sessions: Sessions::new(store.clone()),
-            views: Views::new(follow, config.cache_bytes, config.grace),
+            views: Views::new(
+                follow,
+                config.cache_bytes,
+                config.grace,
+                config.saved_scans.clone(),
+            ),
             controls: control::Controls::default(),
             handles: handles::Handles::default(),
             store,

@@ -26,7 +26,7 @@ use super::shown::Shown;
 use crate::bytes::Bytes;
 use crate::error::{Error, Result};
 use crate::sync::lock;
-use crate::view::{Refused, ScanProgress, SessionSource, SessionView, State};
+use crate::view::{Refused, SavedScans, ScanProgress, SessionSource, SessionView, State};
 
 /// One session's place in the cache.
 #[derive(Default)]
@@ -74,11 +74,18 @@ pub(super) struct Views {
     /// inside a request (that can deadlock).
     stale: Mutex<Vec<u64>>,
     follow: Follow,
+    /// Where views save their scans for the next mount.
+    saved_scans: Option<Arc<dyn SavedScans>>,
 }
 
 impl Views {
     /// No view loaded yet.
-    pub fn new(follow: Follow, budget: usize, grace: Duration) -> Views {
+    pub fn new(
+        follow: Follow,
+        budget: usize,
+        grace: Duration,
+        saved_scans: Option<Arc<dyn SavedScans>>,
+    ) -> Views {
         Views {
             slots: RwLock::default(),
             lru: Mutex::default(),
@@ -87,6 +94,7 @@ impl Views {
             spills: Spills::default(),
             stale: Mutex::default(),
             follow,
+            saved_scans,
         }
     }
 
@@ -135,6 +143,7 @@ impl Views {
                     opening.refused,
                     self.grace,
                     Some(&progress),
+                    self.saved_scans.clone(),
                 );
                 drop(finished);
                 *lock(&slot.progress) = None;

@@ -165,11 +165,8 @@ fn escaped_or_digest(original: &str, escaped: Option<String>) -> String {
     }
 }
 
-/// 64-bit FNV-1a: a stable digest, the same on every machine and build.
 fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
-        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    crate::digest::Fnv::of(text.as_bytes())
 }
 
 #[cfg(test)]

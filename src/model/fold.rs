@@ -26,7 +26,7 @@ pub struct Folded {
 }
 
 /// The running fold of one session's stored events.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SessionFold {
     session_id: String,
     surface: SurfaceFold,

@@ -27,7 +27,7 @@ impl std::fmt::Display for ForkRefusal {
 
 /// Where the last turn boundary before a seq stands, tracked while the log is read
 /// so a boundary can be checked without re-reading the log.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct TurnBoundaries {
     /// For each seq: whether the latest `turn/start`/`turn/end` at or before it is a start.
     open_after: Vec<bool>,

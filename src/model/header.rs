@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 use crate::json::{JsonMap, is_negative_zero, non_negative_safe_integer, safe_integer, str_field};
 
 /// Metadata kept outside the log. Field order is the Harness's header key order.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SessionHeader {
     /// The stored format version; only 0 can be read.
     pub version: Value,

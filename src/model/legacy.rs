@@ -282,7 +282,7 @@ pub fn event_message_id(event: &JsonMap) -> Option<&str> {
 
 /// The message ids of a log's events by seq, as far as it was read: a flat
 /// replacement takes the id of the event it replaces.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct MessageIds {
     /// In seq order.
     ids: Vec<(u64, Box<str>)>,

@@ -39,11 +39,13 @@ pub enum Scanned {
 
 /// The `data.turn` and `data.step` of a chunk, as numbers compare in the
 /// Harness's JS (the boundary rule of `steps/` matches them to a `step/start`).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ChunkStep {
     /// `data.turn`, as a JS number.
+    #[serde(with = "f64_bits")]
     pub turn: f64,
     /// `data.step`, as a JS number.
+    #[serde(with = "f64_bits")]
     pub step: f64,
 }
 
@@ -129,5 +131,17 @@ impl Refusal {
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.message())
+    }
+}
+
+/// A float saved as its bits, so that it reads back exactly (a decimal
+/// rendering need not, and NaN has none).
+mod f64_bits {
+    pub fn serialize<S: serde::Serializer>(value: &f64, out: S) -> Result<S::Ok, S::Error> {
+        out.serialize_u64(value.to_bits())
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(input: D) -> Result<f64, D::Error> {
+        <u64 as serde::Deserialize>::deserialize(input).map(f64::from_bits)
     }
 }

@@ -14,7 +14,7 @@ pub const TOOL_OUTCOME_UNKNOWN_TEXT: &str = "The tool call was interrupted after
 pub const TOOL_NOT_STARTED_TEXT: &str = "The tool call was interrupted before the Harness recorded it as started. Retry it if it is still needed.";
 
 /// One tool call of the open step without a result.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ToolCall {
     /// The id the model gave the call (its `tool-call` block's `id`).
     pub call_id: String,
@@ -30,7 +30,7 @@ pub struct ToolCall {
 /// The scan state of `interruptedTurnClosers`, which also tells what the
 /// session is doing now (turns run, the open turn and step, the calls they
 /// wait on) for `status`: one scan, so the two never disagree.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct TurnScan {
     turns: u64,
     /// The open turn's `data.turn`, when the log ends inside a turn.

@@ -23,7 +23,7 @@ use crate::model::surface::SurfaceEffect;
 use crate::model::{ChunkStep, Scanned};
 
 /// How a call's first response was logged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ResponseKind {
     /// The call's first `assistant/chunk`.
     Chunk,
@@ -42,7 +42,7 @@ impl ResponseKind {
 }
 
 /// One model call of a step.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ModelCall {
     /// `data.turn` of the step's `step/start`.
     pub turn: Value,
@@ -65,13 +65,13 @@ pub struct ModelCall {
 }
 
 /// One surface operation, kept so a prefix's surface can be folded again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum SurfaceStep {
     Append(u64),
     Replace { seq: u64, start: u64, end: u64 },
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 struct OpenStep {
     turn: Value,
     step: Value,
@@ -85,7 +85,7 @@ struct OpenStep {
 }
 
 /// The streaming scan of the boundary rule.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct StepScan {
     calls: Vec<ModelCall>,
     open: Option<OpenStep>,

@@ -52,7 +52,7 @@ pub enum SurfaceEffect {
 
 /// The running surface fold of one session: the current nodes, and what later
 /// replacements are checked against.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct SurfaceFold {
     nodes: Vec<u64>,
     /// For each current `tool/result` node: a hash of its data with the inner

@@ -26,10 +26,12 @@ use crate::render::format_time;
 use crate::render::markdown::{code_span, fenced, inline, is_unified_diff, prose, quoted};
 
 /// Renders events into Markdown as they are folded.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct TranscriptWriter {
     /// Shared with the file snapshots taken of it, so the transcript is held
-    /// once; writing after a snapshot copies at most its tail segment.
+    /// once; writing after a snapshot copies at most its tail segment. Saved
+    /// apart from the rest (`view::saved`), as bytes rather than JSON.
+    #[serde(skip)]
     out: Bytes,
     turn: Option<String>,
     /// Summaries by compaction id, until the replacement that uses them lands.
@@ -54,6 +56,12 @@ impl TranscriptWriter {
         inline(out, title);
         out.extend_from_slice(b"\n\n");
         writer
+    }
+
+    /// This writer's state with `out` as the bytes written so far: how a
+    /// saved writer is resumed, its output having been saved apart.
+    pub fn with_output(self, out: Bytes) -> TranscriptWriter {
+        TranscriptWriter { out, ..self }
     }
 
     /// The bytes written so far, shared rather than copied.

@@ -128,7 +128,7 @@ pub struct EventLoc {
 }
 
 /// Where a scan stopped, so the next scan of a growing log starts there.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ScanPoint {
     /// Events kept so far (the next expected seq).
     pub events: u64,
@@ -245,6 +245,15 @@ pub trait Source {
 
     /// Reads one stored event again.
     fn fetch(&self, key: &SessionKey, loc: EventLoc) -> Result<JsonMap, Refusal>;
+
+    /// A digest of the stored bytes before `point`, to tell a log that grew
+    /// since it was scanned from one rewritten: a scan saved at `point` is
+    /// continued only while it is the same. A store whose revision already
+    /// names every rewrite (SQLite's incarnation) answers with a constant;
+    /// `None`: the store cannot vouch, and a grown log is read again whole.
+    fn prefix_digest(&self, _key: &SessionKey, _point: &ScanPoint) -> Option<u64> {
+        None
+    }
 
     /// Whether a process that may still write the session has the store open.
     fn writer_presence(&self, _key: &SessionKey) -> WriterPresence {

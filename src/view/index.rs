@@ -26,14 +26,14 @@ use crate::store::{EventLoc, ScanEnd, ScanPoint};
 /// of these, so they are packed into 32 bytes.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct EventMeta {
-    loc: EventLoc,
-    time: i64,
+    pub(super) loc: EventLoc,
+    pub(super) time: i64,
     /// The type's index in `Indexed::types`, shifted left once; the low bit is
     /// set when the event is stored in a legacy shape and shown converted (spec §15).
-    type_and_converted: u32,
+    pub(super) type_and_converted: u32,
     /// The length of the event's file in `events/`, from the scan, so that
     /// `stat` and `ls -l` render nothing; `SIZE_UNKNOWN` when it does not fit.
-    size: u32,
+    pub(super) size: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<EventMeta>() == 32);
@@ -76,9 +76,9 @@ pub struct Indexed {
     pub(super) resumable: bool,
     pub(super) torn: Option<String>,
     pub(super) events: Vec<EventMeta>,
-    types: Vec<String>,
+    pub(super) types: Vec<String>,
     /// Each type's part of an event file name, encoded once.
-    type_parts: Vec<String>,
+    pub(super) type_parts: Vec<String>,
     pub(super) transcript: TranscriptWriter,
     /// Synthetic closers, present while the log ends inside a turn and is quiet.
     pub(super) closers: Vec<JsonMap>,

@@ -8,10 +8,12 @@
 
 mod index;
 mod progress;
+mod saved;
 mod steps;
 
 pub use index::Indexed;
 pub use progress::ScanProgress;
+pub use saved::SavedScans;
 pub use steps::CallFile;
 
 use std::sync::Arc;
@@ -143,18 +145,23 @@ pub struct SessionView {
     /// Why the open turn is shown closed by crash repair, when it is.
     repaired: Option<RepairCause>,
     state: State,
+    /// Where scans are saved and read back, so that a remount reads only what
+    /// grew; `None`: every scan reads the log whole.
+    saved: Option<Arc<dyn SavedScans>>,
 }
 
 impl SessionView {
     /// Reads and indexes session `id` from `source`, publishing its event
     /// names to `progress` while the scan runs; `refused` is what is known
-    /// against it before its log is read.
+    /// against it before its log is read. A scan in `saved` that can be
+    /// trusted is continued rather than the log read whole.
     pub fn open(
         source: SessionSource,
         id: &str,
         refused: Option<Refused>,
         grace: Duration,
         progress: Option<&ScanProgress>,
+        saved: Option<Arc<dyn SavedScans>>,
     ) -> SessionView {
         let changed_at = match &refused {
             Some(Refused::External(_)) => SystemTime::now(),
@@ -176,6 +183,7 @@ impl SessionView {
                 reason: Refusal::Corrupt("not read yet".into()),
                 external: false,
             })),
+            saved,
         };
         let (backend, key) = (&view.source.backend, &view.source.key);
         view.state = match refused {
@@ -253,11 +261,11 @@ impl SessionView {
         }
     }
 
-    /// Reads the whole session again from the start.
+    /// Reads the session again: from where a trusted saved scan ends, else
+    /// whole from the start.
     fn rebuild(&mut self, progress: Option<&ScanProgress>) -> State {
-        let source = &self.source;
-        self.revision = source.revision().ok();
-        let header = match source.backend.header(&source.key) {
+        self.revision = self.source.revision().ok();
+        let header = match self.source.backend.header(&self.source.key) {
             Ok(header) => header,
             Err(reason) => {
                 return State::Unreadable(Box::new(Unreadable {
@@ -270,7 +278,7 @@ impl SessionView {
         let fold = match SessionFold::new(&header, &self.id) {
             Ok(fold) => fold,
             Err(reason) => {
-                let reason = with_location(reason, &source.key);
+                let reason = with_location(reason, &self.source.key);
                 return State::Unreadable(Box::new(Unreadable {
                     header: Some(header),
                     reason,
@@ -278,20 +286,88 @@ impl SessionView {
                 }));
             }
         };
+        if let Some(mut resumed) = self.resume(&header) {
+            let from = resumed.point.clone();
+            match resumed.extend(&self.source, progress) {
+                Ok(()) => {
+                    if resumed.point != from {
+                        resumed.shrink();
+                        self.keep(&resumed);
+                    }
+                    return State::Indexed(resumed);
+                }
+                // A full read gives the verdict, never a continued one.
+                Err(reason) => log::info!(
+                    "session {:?}: its saved scan could not be continued ({}): reading it whole",
+                    self.id,
+                    reason.message()
+                ),
+            }
+        }
         let mut indexed = Box::new(Indexed::new(header, fold, &self.id));
-        match indexed.extend(source, progress) {
+        match indexed.extend(&self.source, progress) {
             Ok(()) => {
                 indexed.shrink();
+                self.keep(&indexed);
                 State::Indexed(indexed)
             }
             Err(reason) => {
-                let reason = with_location(reason, &source.key);
+                let reason = with_location(reason, &self.source.key);
                 State::Unreadable(Box::new(Unreadable {
                     header: Some(indexed.header),
                     reason,
                     external: false,
                 }))
             }
+        }
+    }
+
+    /// The saved scan of this session, when one is kept and can be trusted:
+    /// taken of the log as it is now, or of the same log before it grew (the
+    /// bytes before its scan point digest the same).
+    fn resume(&self, header: &SessionHeader) -> Option<Box<Indexed>> {
+        let saved = self.saved.as_ref()?;
+        let revision = self.revision.as_ref()?;
+        let key = &self.source.key;
+        let loaded = match saved::load(&saved.load(key)?, &self.id, header) {
+            Ok(loaded) => loaded,
+            Err(why) => {
+                log::debug!("session {:?}: saved scan not used: {why}", self.id);
+                return None;
+            }
+        };
+        let unchanged = loaded.revision == *revision;
+        let grown = !unchanged
+            && loaded.indexed.resumable
+            && loaded.revision.same_artifact(revision)
+            && loaded.digest.is_some()
+            && self
+                .source
+                .backend
+                .prefix_digest(key, &loaded.indexed.point)
+                == loaded.digest;
+        if !unchanged && !grown {
+            log::debug!("session {:?}: its saved scan is of another log", self.id);
+            return None;
+        }
+        log::debug!(
+            "session {:?}: continuing its saved scan of {} events",
+            self.id,
+            loaded.indexed.point.events
+        );
+        Some(loaded.indexed)
+    }
+
+    /// Saves a scan just made, for the next mount.
+    fn keep(&self, indexed: &Indexed) {
+        let (Some(saved), Some(revision)) = (&self.saved, &self.revision) else {
+            return;
+        };
+        let key = &self.source.key;
+        let digest = self.source.backend.prefix_digest(key, &indexed.point);
+        match saved::save(indexed, &self.id, revision, digest) {
+            Ok(bytes) => saved.save(key, bytes),
+            Err(why) => log::warn!("session {:?}: {why}", self.id),
         }
     }
 
@@ -534,7 +610,7 @@ mod tests {
         let header = SessionHeader::new("s", 1);
         store.insert(header.clone(), events);
         let source = SessionSource::new(Arc::new(store), SessionKey::Row("s".into()));
-        match SessionView::open(source, "s", None, Duration::from_secs(60), None).state {
+        match SessionView::open(source, "s", None, Duration::from_secs(60), None, None).state {
             State::Indexed(indexed) => indexed,
             State::Unreadable(u) => panic!("{}", u.reason.message()),
         }

@@ -147,6 +147,26 @@ impl Source for JsonlStore {
         )))
     }
 
+    /// The first 4 KiB and the last 64 KiB before the point: the Harness
+    /// only appends, and a repair cuts only a torn tail, which no saved point
+    /// lies past; a rewrite that keeps both windows is no writer's doing.
+    fn prefix_digest(&self, key: &SessionKey, point: &ScanPoint) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let SessionKey::File(path) = key else {
+            return None;
+        };
+        let file = File::open(path).ok()?;
+        let mut digest = crate::digest::Fnv::default();
+        digest.write(&point.offset.to_le_bytes());
+        let tail_start = point.offset.saturating_sub(64 << 10);
+        for (start, end) in [(0, point.offset.min(4 << 10)), (tail_start, point.offset)] {
+            let mut window = vec![0; (end - start) as usize];
+            file.read_exact_at(&mut window, start).ok()?;
+            digest.write(&window);
+        }
+        Some(digest.finish())
+    }
+
     fn mode(&self, key: &SessionKey) -> Option<u32> {
         let SessionKey::File(path) = key else {
             return None;

@@ -594,6 +594,13 @@ impl Source for SqliteStore {
             .ok_or_else(missing)
     }
 
+    /// A session's rows are only ever appended (a repair drops only a torn
+    /// tail, past any saved point), and a replaced session has a new
+    /// incarnation, which its revision names.
+    fn prefix_digest(&self, _key: &SessionKey, _point: &ScanPoint) -> Option<u64> {
+        Some(0)
+    }
+
     /// Every session shares the database: another connection may be the
     /// Harness writing any of them.
     fn writer_presence(&self, _key: &SessionKey) -> WriterPresence {

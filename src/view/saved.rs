@@ -1,0 +1,297 @@
+//! A readable session's scan saved as bytes and read back, so that a remount
+//! answers from what an earlier scan learned and reads only the log's growth
+//! since. Where the bytes are kept is a [`SavedScans`]'s business, not this
+//! module's: it only says what they hold and when they may be trusted.
+//!
+//! The bytes hold the scan's facts (header, fold, model calls, scan point,
+//! the transcript writer's state) as JSON, the transcript itself, and each
+//! event's [`EventMeta`] in columns of varint deltas. They are trusted only
+//! for the log they were taken of: its revision unchanged, or the same
+//! artifact grown with the bytes before the scan point unchanged.
+
+use serde::{Deserialize, Serialize};
+
+use super::index::{EventMeta, Indexed};
+use crate::bytes::Bytes;
+use crate::model::fold::SessionFold;
+use crate::model::header::SessionHeader;
+use crate::model::steps::StepScan;
+use crate::render::event_file;
+use crate::render::transcript::TranscriptWriter;
+use crate::store::{EventLoc, Revision, ScanPoint, SessionKey};
+
+/// Where saved scans are kept, by session key. Keeping is best effort: a
+/// keeper that cannot keep says so in its own log, and the mount goes on.
+pub trait SavedScans: Send + Sync + std::fmt::Debug {
+    /// The bytes last kept for `key`, when there are any and they are sound.
+    fn load(&self, key: &SessionKey) -> Option<Vec<u8>>;
+
+    /// Keeps `bytes` for `key` in place of what was kept.
+    fn save(&self, key: &SessionKey, bytes: Vec<u8>);
+}
+
+/// Bumped whenever the layout below or any saved type changes: bytes of
+/// another version are not read.
+const LAYOUT: u32 = 1;
+
+/// The scan's facts, as saved (borrowed) and as read back (owned).
+#[derive(Serialize)]
+struct FactsRef<'a> {
+    id: &'a str,
+    revision: &'a str,
+    /// [`crate::store::Source::prefix_digest`] at the scan point.
+    digest: Option<u64>,
+    header: &'a SessionHeader,
+    fold: &'a SessionFold,
+    point: &'a ScanPoint,
+    resumable: bool,
+    torn: Option<&'a str>,
+    types: &'a [String],
+    steps: &'a StepScan,
+    transcript: &'a TranscriptWriter,
+}
+
+#[derive(Deserialize)]
+struct Facts {
+    id: String,
+    revision: String,
+    digest: Option<u64>,
+    header: SessionHeader,
+    fold: SessionFold,
+    point: ScanPoint,
+    resumable: bool,
+    torn: Option<String>,
+    types: Vec<String>,
+    steps: StepScan,
+    transcript: TranscriptWriter,
+}
+
+/// The bytes that save `indexed`, a scan of session `id` at `revision`
+/// whose log digests to `digest` before its scan point.
+pub(super) fn save(
+    indexed: &Indexed,
+    id: &str,
+    revision: &Revision,
+    digest: Option<u64>,
+) -> Result<Vec<u8>, String> {
+    let facts = FactsRef {
+        id,
+        revision: &revision.0,
+        digest,
+        header: &indexed.header,
+        fold: &indexed.fold,
+        point: &indexed.point,
+        resumable: indexed.resumable,
+        torn: indexed.torn.as_deref(),
+        types: &indexed.types,
+        steps: &indexed.steps,
+        transcript: &indexed.transcript,
+    };
+    let facts = serde_json::to_vec(&facts).map_err(|e| format!("cannot save a scan: {e}"))?;
+    let transcript = indexed.transcript.shared();
+    let mut out = Vec::with_capacity(facts.len() + transcript.len() + indexed.events.len() * 8);
+    out.extend_from_slice(&LAYOUT.to_le_bytes());
+    put_varint(&mut out, facts.len() as u64);
+    out.extend_from_slice(&facts);
+    put_varint(&mut out, transcript.len() as u64);
+    for piece in transcript.pieces() {
+        out.extend_from_slice(piece);
+    }
+    put_events(&mut out, &indexed.events);
+    Ok(out)
+}
+
+/// A saved scan read back, with what it was taken of.
+pub(super) struct Loaded {
+    pub indexed: Box<Indexed>,
+    pub revision: Revision,
+    pub digest: Option<u64>,
+}
+
+/// Reads back a scan of session `id` saved by [`save`], when the bytes are
+/// whole, of this layout, and of that session with that header.
+pub(super) fn load(bytes: &[u8], id: &str, header: &SessionHeader) -> Result<Loaded, String> {
+    let mut input = Reader { bytes, at: 0 };
+    let layout = input.take(4)?;
+    if layout != LAYOUT.to_le_bytes() {
+        return Err("saved by another version of sessionfs".into());
+    }
+    let facts_len = input.varint()?;
+    let facts: Facts =
+        serde_json::from_slice(input.take(facts_len)?).map_err(|e| format!("facts: {e}"))?;
+    if facts.id != id || facts.header != *header {
+        return Err("saved for another session or header".into());
+    }
+    let transcript_len = input.varint()?;
+    let transcript = Bytes::from(input.take(transcript_len)?.to_vec());
+    let events = take_events(&mut input, facts.types.len())?;
+    if input.at != bytes.len() {
+        return Err("bytes after the end".into());
+    }
+    if events.len() as u64 > facts.point.events {
+        return Err("more events than the scan point counts".into());
+    }
+    let type_parts = facts
+        .types
+        .iter()
+        .map(|t| event_file::type_part(t))
+        .collect();
+    let mut indexed = Box::new(Indexed::new(facts.header, facts.fold, id));
+    indexed.point = facts.point;
+    indexed.resumable = facts.resumable;
+    indexed.torn = facts.torn;
+    indexed.events = events;
+    indexed.types = facts.types;
+    indexed.type_parts = type_parts;
+    indexed.steps = facts.steps;
+    indexed.transcript = facts.transcript.with_output(transcript);
+    Ok(Loaded {
+        indexed,
+        revision: Revision(facts.revision),
+        digest: facts.digest,
+    })
+}
+
+/// Each field of every event in its own column, as deltas where they grow
+/// (offsets and times), so that the columns stay small.
+fn put_events(out: &mut Vec<u8>, events: &[EventMeta]) {
+    put_varint(out, events.len() as u64);
+    let mut previous = (0u64, 0i64);
+    for meta in events {
+        put_varint(out, zigzag(meta.loc.record.wrapping_sub(previous.0) as i64));
+        previous.0 = meta.loc.record;
+    }
+    for meta in events {
+        put_varint(out, u64::from(meta.loc.within));
+    }
+    for meta in events {
+        put_varint(out, u64::from(meta.loc.member));
+    }
+    for meta in events {
+        put_varint(out, zigzag(meta.time.wrapping_sub(previous.1)));
+        previous.1 = meta.time;
+    }
+    for meta in events {
+        put_varint(out, u64::from(meta.type_and_converted));
+    }
+    for meta in events {
+        put_varint(out, u64::from(meta.size));
+    }
+}
+
+fn take_events(input: &mut Reader, types: usize) -> Result<Vec<EventMeta>, String> {
+    let count = input.varint()?;
+    // Every event takes at least one byte in each of six columns.
+    if count > (input.bytes.len() - input.at) as u64 / 6 {
+        return Err("event count exceeds the bytes".into());
+    }
+    let count = count as usize;
+    let mut column = |to_u32: bool| -> Result<Vec<u64>, String> {
+        (0..count)
+            .map(|_| {
+                let value = input.varint()?;
+                if to_u32 && value > u64::from(u32::MAX) {
+                    return Err("a field exceeds 32 bits".into());
+                }
+                Ok(value)
+            })
+            .collect()
+    };
+    let records = column(false)?;
+    let withins = column(true)?;
+    let members = column(true)?;
+    let times = column(false)?;
+    let kinds = column(true)?;
+    let sizes = column(true)?;
+    let (mut record, mut time) = (0u64, 0i64);
+    let mut events = Vec::with_capacity(count);
+    for i in 0..count {
+        record = record.wrapping_add(unzigzag(records[i]) as u64);
+        time = time.wrapping_add(unzigzag(times[i]));
+        let meta = EventMeta {
+            loc: EventLoc {
+                record,
+                within: withins[i] as u32,
+                member: members[i] as u32,
+            },
+            time,
+            type_and_converted: kinds[i] as u32,
+            size: sizes[i] as u32,
+        };
+        if (meta.type_and_converted >> 1) as usize >= types {
+            return Err("an event's type is not among the saved types".into());
+        }
+        events.push(meta);
+    }
+    Ok(events)
+}
+
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+fn unzigzag(value: u64) -> i64 {
+    ((value >> 1) as i64) ^ -((value & 1) as i64)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// Saved bytes read in order; running out is an error, never a panic.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, len: u64) -> Result<&[u8], String> {
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|len| self.at.checked_add(len))
+            .filter(|end| *end <= self.bytes.len())
+            .ok_or("cut short")?;
+        let taken = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(taken)
+    }
+
+    fn varint(&mut self) -> Result<u64, String> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *self.bytes.get(self.at).ok_or("cut short")?;
+            self.at += 1;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err("a varint longer than 64 bits".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_and_zigzag_read_back_at_their_limits() {
+        let values = [0, 1, 127, 128, u64::from(u32::MAX), u64::MAX];
+        let mut out = Vec::new();
+        for v in values {
+            put_varint(&mut out, v);
+        }
+        let mut input = Reader { bytes: &out, at: 0 };
+        for v in values {
+            assert_eq!(input.varint().unwrap(), v);
+        }
+        assert!(input.varint().is_err());
+        for v in [0, -1, 1, i64::MIN, i64::MAX] {
+            assert_eq!(unzigzag(zigzag(v)), v);
+        }
+    }
+}
