@@ -35,6 +35,9 @@ Options:
                             cannot be trusted over one),
                             uid=N, gid=N, grace=SECONDS, cache=MIB (default 192),
                             window=MS (fork write-behind window, default 200),
+                            index=DIR (where scans are kept between mounts;
+                            default $XDG_CACHE_HOME/sessionfs), noindex,
+                            index_max=MIB (its bound per store, default 1024),
                             attr_timeout=SECONDS (default 1), fsname=NAME,
                             umask=OCTAL (fixed modes; default: each session's
                             stored read bits),
@@ -91,8 +94,23 @@ pub struct Options {
     pub poll: bool,
     /// Where a detached sessionfs writes its log (stderr otherwise goes to /dev/null).
     pub log_file: Option<PathBuf>,
+    /// `-o index=DIR` / `-o noindex`: where the persistent index lives.
+    pub index: IndexPlace,
+    /// `-o index_max=`: the persistent index's bound per store, in bytes.
+    pub index_max_bytes: u64,
     /// Generic mount flags passed to the kernel as given.
     pub kernel_flags: Vec<String>,
+}
+
+/// Where the persistent index lives.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IndexPlace {
+    /// `$XDG_CACHE_HOME/sessionfs`, else `~/.cache/sessionfs`.
+    Default,
+    /// `-o index=DIR`.
+    Dir(PathBuf),
+    /// `-o noindex`: every mount reads each log whole.
+    Off,
 }
 
 /// What the command line asks for.
@@ -136,6 +154,12 @@ impl Options {
             "unsafe_network_sqlite_writes" => self.unsafe_network_sqlite_writes = true,
             "repair" => self.repair = true,
             "poll" => self.poll = true,
+            "noindex" => self.index = IndexPlace::Off,
+            "index" => self.index = IndexPlace::Dir(PathBuf::from(need("index")?)),
+            "index_max" => {
+                self.index_max_bytes =
+                    number::<u64>(need("index_max")?, "index_max")?.saturating_mul(1 << 20)
+            }
             "rw" => self.read_only = false,
             "allow_other" => self.allow_other = true,
             "allow_root" => self.allow_root = true,
@@ -205,6 +229,8 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         repair: false,
         poll: false,
         log_file: None,
+        index: IndexPlace::Default,
+        index_max_bytes: crate::persist::DEFAULT_MAX_BYTES,
         kernel_flags: Vec::new(),
     };
     let mut positional = Vec::new();

@@ -38,6 +38,7 @@ pub mod json;
 pub mod json_len;
 pub mod model;
 pub mod mountinfo;
+pub mod persist;
 pub mod random;
 pub mod render;
 pub mod store;

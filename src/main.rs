@@ -10,13 +10,16 @@ use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use fuser::{Config, MountOption, SessionACL};
-use sessionfs::cli::{self, Command, Options};
+use sessionfs::cli::{self, Command, IndexPlace, Options};
 use sessionfs::fs::writeback::FlushScope;
 use sessionfs::fs::{FsConfig, SessionFs};
 use sessionfs::fuse::FuseAdapter;
 use sessionfs::mountinfo::OwnMount;
+use sessionfs::persist::PersistentIndex;
+use sessionfs::view::SavedScans;
 
 /// Buffers of 1 MiB or more (a session's transcript, a batch of frames) are
 /// mapped and unmapped on their own. glibc would otherwise raise this threshold
@@ -182,10 +185,45 @@ fn read_only_reason(options: &Options) -> Option<String> {
     Some(why)
 }
 
+/// The store's persistent index, unless `-o noindex`; a mount without one
+/// says why once and reads each log whole.
+fn persistent_index(options: &Options) -> Option<PersistentIndex> {
+    let base = match &options.index {
+        IndexPlace::Off => return None,
+        IndexPlace::Dir(dir) => dir.clone(),
+        IndexPlace::Default => match PersistentIndex::default_base() {
+            Some(base) => base,
+            None => {
+                log::warn!("no persistent index: neither XDG_CACHE_HOME nor HOME is set");
+                return None;
+            }
+        },
+    };
+    let opened = options
+        .store
+        .canonicalize()
+        .map_err(|e| e.to_string())
+        .and_then(|store| PersistentIndex::open(&base, &store, options.index_max_bytes));
+    match opened {
+        Ok(index) => {
+            log::info!("persistent index in {}", index.dir().display());
+            Some(index)
+        }
+        Err(why) => {
+            log::warn!("no persistent index: {why}; every log is read whole");
+            None
+        }
+    }
+}
+
 fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Result<(), String> {
+    // Signals are handled by one thread with sigwait; every thread blocks them,
+    // so they are blocked before any thread starts (the index writer is one).
+    let signals = block_signals();
     let store = sessionfs::store::open(&options.store)?;
     let description = store.describe();
     let read_only = read_only_reason(options);
+    let index = persistent_index(options).map(Arc::new);
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let config = FsConfig {
@@ -200,6 +238,7 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
         store_read_bits: std::fs::metadata(&options.store)
             .map_or(0o444, |m| (m.permissions().mode() & 0o444) as u16),
         poll: options.poll,
+        saved_scans: index.clone().map(|index| index as Arc<dyn SavedScans>),
         ..FsConfig::default()
     };
     let fs = SessionFs::new(store, config);
@@ -246,8 +285,6 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
     config.acl = acl;
     config.n_threads = Some(4);
 
-    // Signals are handled by one thread with sigwait; every thread blocks them.
-    let signals = block_signals();
     let adapter = FuseAdapter::new(fs.clone(), options.attr_timeout, options.store.clone());
     let session = fuser::Session::new(adapter, &options.mountpoint, &config).map_err(|e| {
         format!(
@@ -325,6 +362,10 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
             Some(libc::ECONNABORTED) => Ok(()),
             _ => Err(e),
         });
+    // Scans saved while mounted reach the disk before the process ends.
+    if let Some(index) = &index {
+        index.wait_idle();
+    }
     let unwritten = fs.writeback().shutdown();
     if !unwritten.is_empty() {
         log::error!(

@@ -564,3 +564,53 @@ fn listing_reads_headers_only_and_a_big_session_does_not_slow_the_others() {
         1500
     );
 }
+
+#[test]
+fn a_remount_with_the_persistent_index_shows_what_a_mount_without_one_does() {
+    for store in ["jsonl-zstd", "sqlite17", "crash/jsonl", "crash/sqlite17"] {
+        let copy = store_copy(store);
+        let index = common::TempDir::new("index");
+        let options = format!("grace=0,index={}", index.path().display());
+        // The first mount reads every log and saves its scans as it unmounts.
+        let first = tree(Mount::new(&copy.path, &["-o", &options]).path());
+        let again = Mount::builder(&copy.path)
+            .options(&["-o", &options])
+            .env("RUST_LOG", "sessionfs=debug")
+            .capture_stderr()
+            .start();
+        let again_tree = tree(again.path());
+        let continued = again.stderr().matches("continuing its saved scan").count();
+        drop(again);
+        // One mount at a time: over SQLite, another mount's connection is a
+        // possible writer, which `status` would tell.
+        let whole_tree = tree(Mount::new(&copy.path, &["-o", "grace=0,noindex"]).path());
+        assert!(
+            whole_tree.len() > 300,
+            "{store}: {} files",
+            whole_tree.len()
+        );
+        // `status` tells how long the session has been quiet: digits aside.
+        let shown = |tree: &BTreeMap<String, Vec<u8>>, name: &str| {
+            tree.get(name).map(|bytes| match name.ends_with("/status") {
+                true => bytes
+                    .iter()
+                    .filter(|b| !b.is_ascii_digit())
+                    .copied()
+                    .collect(),
+                false => bytes.clone(),
+            })
+        };
+        for name in whole_tree.keys() {
+            let want = shown(&whole_tree, name);
+            assert!(
+                shown(&again_tree, name) == want && shown(&first, name) == want,
+                "{store}: {name} differs between the mounts with and without the index"
+            );
+        }
+        assert_eq!(again_tree.len(), whole_tree.len(), "{store}");
+        assert!(
+            continued >= 5,
+            "{store}: {continued} sessions continued a saved scan"
+        );
+    }
+}

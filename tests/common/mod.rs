@@ -129,6 +129,9 @@ pub fn binary() -> PathBuf {
 /// the common case; `Mount::builder` sets what else a test needs.
 pub struct Mount {
     pub dir: TempDir,
+    /// `XDG_CACHE_HOME` of the process, so that its persistent index is its
+    /// own (and starts empty) unless the test names one with `-o index=`.
+    _cache: TempDir,
     child: Option<Child>,
     /// Where the process's stderr goes, when the builder captured it.
     stderr: Option<(TempDir, PathBuf)>,
@@ -176,8 +179,10 @@ impl MountBuilder<'_> {
             "/dev/fuse is required: these tests mount for real"
         );
         let dir = TempDir::new("mnt");
+        let cache = TempDir::new("mnt-cache");
         let mut command = Command::new(binary());
         command
+            .env("XDG_CACHE_HOME", cache.path())
             .arg("-f")
             .args(&self.options)
             .arg(self.store)
@@ -206,6 +211,7 @@ impl MountBuilder<'_> {
         let child = command.spawn().expect("spawn sessionfs");
         let mut mount = Mount {
             dir,
+            _cache: cache,
             child: Some(child),
             stderr,
         };

@@ -1,0 +1,373 @@
+//! The persistent index: sessions' saved scans kept on disk between mounts,
+//! one file per session under one directory per store, so that a remount
+//! reads only what grew (see `view::SavedScans` for what a scan holds and
+//! when it is trusted).
+//!
+//! It is a cache, never a source of truth. Every file is written whole under
+//! a temporary name and renamed into place, and read back only when its
+//! magic, its zstd checksum, its store and its session all match; anything
+//! else is a miss, which costs a full read of the log and nothing more. Its
+//! size is bounded: beyond `max_bytes` the least recently used files go.
+//! Writes run on a thread of their own, so no request waits on the disk.
+
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, SystemTime};
+
+use crate::digest::Fnv;
+use crate::store::SessionKey;
+use crate::sync::lock;
+use crate::view::SavedScans;
+
+/// The bound on one store's index when `-o index_max=` does not set one.
+pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+
+/// Starts every index file; the last two bytes are the envelope's version.
+const MAGIC: &[u8; 8] = b"SFSINDX\x01";
+
+/// How many saves may wait for the writer thread; more are dropped (a
+/// missed save costs the next mount a full read, nothing else).
+const QUEUED_SAVES: usize = 8;
+
+/// A temporary file older than this was left by a writer that died.
+const ABANDONED: Duration = Duration::from_secs(3600);
+
+/// One store's persistent index.
+#[derive(Debug)]
+pub struct PersistentIndex {
+    shared: Arc<Shared>,
+    queue: Mutex<Option<SyncSender<Save>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// This store's directory.
+    dir: PathBuf,
+    /// The store's canonical path, which every file names.
+    store: String,
+    max_bytes: u64,
+    /// Bytes of index files, once counted (the first save counts them).
+    used: AtomicU64,
+    counted: AtomicBool,
+    /// Saves queued or being written, for [`PersistentIndex::wait_idle`].
+    pending: Mutex<usize>,
+    idle: Condvar,
+    /// A failure to write is said once per mount, not once per session.
+    warned: AtomicBool,
+}
+
+struct Save {
+    key: String,
+    bytes: Vec<u8>,
+}
+
+impl PersistentIndex {
+    /// Where indexes live unless `-o index=` says: `$XDG_CACHE_HOME/sessionfs`,
+    /// else `~/.cache/sessionfs`.
+    pub fn default_base() -> Option<PathBuf> {
+        let non_empty = |name| std::env::var_os(name).filter(|v| !v.is_empty());
+        match non_empty("XDG_CACHE_HOME") {
+            Some(cache) => Some(PathBuf::from(cache).join("sessionfs")),
+            None => non_empty("HOME").map(|home| PathBuf::from(home).join(".cache/sessionfs")),
+        }
+    }
+
+    /// The index of the store at `store` (canonical) under `base`, made when
+    /// missing (mode 0700); `Err` says why it cannot be used.
+    pub fn open(base: &Path, store: &Path, max_bytes: u64) -> Result<PersistentIndex, String> {
+        let named = store.display().to_string();
+        let dir = base.join(format!("{:016x}", Fnv::of(named.as_bytes())));
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("cannot make index directory {}: {e}", dir.display()))?;
+        let canonical = dir
+            .canonicalize()
+            .map_err(|e| format!("cannot open index directory {}: {e}", dir.display()))?;
+        if canonical.starts_with(store) {
+            return Err(format!(
+                "index directory {} is inside the store, which sessionfs never writes",
+                dir.display()
+            ));
+        }
+        // Names the store for people who look; nothing reads it back.
+        let _ = std::fs::write(dir.join("STORE"), format!("{named}\n"));
+        let shared = Arc::new(Shared {
+            dir,
+            store: named,
+            max_bytes,
+            used: AtomicU64::new(0),
+            counted: AtomicBool::new(false),
+            pending: Mutex::new(0),
+            idle: Condvar::new(),
+            warned: AtomicBool::new(false),
+        });
+        let (queue, saves) = std::sync::mpsc::sync_channel(QUEUED_SAVES);
+        let writing = shared.clone();
+        let writer = std::thread::Builder::new()
+            .name("sessionfs-index".into())
+            .spawn(move || writing.write_all(saves))
+            .map_err(|e| format!("cannot start the index writer: {e}"))?;
+        Ok(PersistentIndex {
+            shared,
+            queue: Mutex::new(Some(queue)),
+            writer: Mutex::new(Some(writer)),
+        })
+    }
+
+    /// This store's index directory.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// Blocks until every save queued so far is written (or failed).
+    pub fn wait_idle(&self) {
+        let mut pending = lock(&self.shared.pending);
+        while *pending > 0 {
+            pending = self
+                .shared
+                .idle
+                .wait(pending)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+impl Drop for PersistentIndex {
+    /// Writes what is queued, then stops the writer.
+    fn drop(&mut self) {
+        drop(lock(&self.queue).take());
+        if let Some(writer) = lock(&self.writer).take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+impl SavedScans for PersistentIndex {
+    fn load(&self, key: &SessionKey) -> Option<Vec<u8>> {
+        let key = key.describe();
+        let path = self.shared.file_for(&key);
+        match self.shared.read(&path, &key) {
+            Ok(bytes) => Some(bytes),
+            Err(Miss::Absent) => None,
+            Err(Miss::Unusable(why)) => {
+                log::info!("index file {} not used: {why}", path.display());
+                // A file that cannot be used is replaced by the next save.
+                let _ = std::fs::remove_file(&path);
+                None
+            }
+        }
+    }
+
+    fn save(&self, key: &SessionKey, bytes: Vec<u8>) {
+        let queue = lock(&self.queue);
+        let Some(queue) = queue.as_ref() else {
+            return;
+        };
+        *lock(&self.shared.pending) += 1;
+        let save = Save {
+            key: key.describe(),
+            bytes,
+        };
+        if let Err(TrySendError::Full(save) | TrySendError::Disconnected(save)) =
+            queue.try_send(save)
+        {
+            log::debug!("index busy: the scan of {} is not saved", save.key);
+            self.shared.done();
+        }
+    }
+}
+
+enum Miss {
+    Absent,
+    Unusable(String),
+}
+
+impl Shared {
+    fn file_for(&self, key: &str) -> PathBuf {
+        self.dir
+            .join(format!("{:016x}.idx", Fnv::of(key.as_bytes())))
+    }
+
+    fn done(&self) {
+        let mut pending = lock(&self.pending);
+        *pending = pending.saturating_sub(1);
+        if *pending == 0 {
+            self.idle.notify_all();
+        }
+    }
+
+    /// The payload kept for `key` at `path`, touched as recently used.
+    fn read(&self, path: &Path, key: &str) -> Result<Vec<u8>, Miss> {
+        let unusable = |why: String| Miss::Unusable(why);
+        // Opened for writing too where it may be, to mark it used.
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .or_else(|_| File::open(path))
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Miss::Absent,
+                _ => unusable(e.to_string()),
+            })?;
+        let _ = file.set_modified(SystemTime::now());
+        let mut magic = [0u8; 13];
+        file.read_exact(&mut magic)
+            .map_err(|_| unusable("shorter than its header".into()))?;
+        if &magic[..8] != MAGIC {
+            return Err(unusable(
+                "not an index file of this version of sessionfs".into(),
+            ));
+        }
+        // A zstd frame whose descriptor has the checksum bit: any damage to
+        // what follows fails the checksum rather than reading as other bytes.
+        if magic[8..12] != [0x28, 0xb5, 0x2f, 0xfd] || magic[12] & 0b100 == 0 {
+            return Err(unusable("its frame is not checksummed zstd".into()));
+        }
+        let mut compressed = magic[8..].to_vec();
+        file.read_to_end(&mut compressed)
+            .map_err(|e| unusable(e.to_string()))?;
+        let plain = zstd::stream::decode_all(&compressed[..])
+            .map_err(|e| unusable(format!("damaged: {e}")))?;
+        let (envelope, payload) =
+            split_envelope(&plain).ok_or_else(|| unusable("damaged".into()))?;
+        if envelope.store != self.store || envelope.key != key {
+            return Err(unusable(format!(
+                "written for {} in store {}",
+                envelope.key, envelope.store
+            )));
+        }
+        Ok(payload.to_vec())
+    }
+
+    fn write_all(&self, saves: Receiver<Save>) {
+        for save in saves {
+            if let Err(why) = self.write(&save)
+                && !self.warned.swap(true, Ordering::Relaxed)
+            {
+                log::warn!(
+                    "the persistent index in {} cannot be written ({why}): later mounts \
+                     read these sessions whole again; said once per mount",
+                    self.dir.display()
+                );
+            }
+            self.done();
+        }
+    }
+
+    fn write(&self, save: &Save) -> Result<(), String> {
+        static TEMPORARIES: AtomicU64 = AtomicU64::new(0);
+        let path = self.file_for(&save.key);
+        let envelope = serde_json::to_vec(&serde_json::json!({
+            "store": self.store,
+            "key": save.key,
+        }))
+        .map_err(|e| e.to_string())?;
+        let temporary = self.dir.join(format!(
+            ".{}.{}.{}.tmp",
+            path.file_stem().unwrap_or_default().display(),
+            std::process::id(),
+            TEMPORARIES.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = (|| -> std::io::Result<u64> {
+            let file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&temporary)?;
+            let mut out = std::io::BufWriter::new(file);
+            out.write_all(MAGIC)?;
+            let mut encoder = zstd::stream::Encoder::new(out, 3)?;
+            encoder.include_checksum(true)?;
+            encoder.write_all(&(envelope.len() as u32).to_le_bytes())?;
+            encoder.write_all(&envelope)?;
+            encoder.write_all(&save.bytes)?;
+            let file = encoder.finish()?.into_inner().map_err(|e| e.into_error())?;
+            let size = file.metadata()?.len();
+            let replaced = std::fs::metadata(&path).map_or(0, |m| m.len());
+            std::fs::rename(&temporary, &path)?;
+            Ok(size.saturating_sub(replaced))
+        })();
+        let grew = written.map_err(|e| {
+            let _ = std::fs::remove_file(&temporary);
+            e.to_string()
+        })?;
+        if !self.counted.swap(true, Ordering::Relaxed) {
+            self.used.store(self.count(), Ordering::Relaxed);
+        } else {
+            self.used.fetch_add(grew, Ordering::Relaxed);
+        }
+        if self.used.load(Ordering::Relaxed) > self.max_bytes {
+            self.evict();
+        }
+        Ok(())
+    }
+
+    /// Bytes of index files in the directory, dropping temporaries that a
+    /// writer which died left behind.
+    fn count(&self) -> u64 {
+        self.files().into_iter().map(|(_, size, _)| size).sum()
+    }
+
+    /// Index files as (last use, size, path); abandoned temporaries removed.
+    fn files(&self) -> Vec<(SystemTime, u64, PathBuf)> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let now = SystemTime::now();
+        let mut files = Vec::new();
+        for entry in entries.flatten() {
+            let (path, Ok(meta)) = (entry.path(), entry.metadata()) else {
+                continue;
+            };
+            let used = meta.modified().unwrap_or(now);
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.ends_with(".tmp") {
+                if now.duration_since(used).unwrap_or_default() > ABANDONED {
+                    let _ = std::fs::remove_file(&path);
+                }
+            } else if name.ends_with(".idx") {
+                files.push((used, meta.len(), path));
+            }
+        }
+        files
+    }
+
+    /// Removes the least recently used files until the index is at most
+    /// nine tenths of its bound, so the next saves do not evict again.
+    fn evict(&self) {
+        let mut files = self.files();
+        files.sort();
+        let mut used: u64 = files.iter().map(|(_, size, _)| size).sum();
+        let target = self.max_bytes / 10 * 9;
+        for (_, size, path) in files {
+            if used <= target {
+                break;
+            }
+            if std::fs::remove_file(&path).is_ok() {
+                used -= size;
+            }
+        }
+        self.used.store(used, Ordering::Relaxed);
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Envelope {
+    store: String,
+    key: String,
+}
+
+fn split_envelope(plain: &[u8]) -> Option<(Envelope, &[u8])> {
+    let len = u32::from_le_bytes(plain.get(..4)?.try_into().ok()?) as usize;
+    let envelope = serde_json::from_slice(plain.get(4..4 + len)?).ok()?;
+    Some((envelope, &plain[4 + len..]))
+}
