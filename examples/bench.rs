@@ -49,6 +49,8 @@ mod concurrency;
 mod follow;
 #[path = "bench/harness.rs"]
 mod harness;
+#[path = "bench/index.rs"]
+mod index;
 #[path = "bench/large.rs"]
 mod large;
 #[path = "bench/many.rs"]
@@ -94,9 +96,15 @@ struct Bench {
 }
 
 impl Bench {
+    /// Mounts `store` with `-o options`: without the persistent index unless
+    /// they name one, so every figure but figure i measures a first mount.
     fn mount(&mut self, store: &Path, options: &str) -> Mount {
         self.mounts += 1;
         let dir = self.options.dir.join(format!("mnt-{}", self.mounts % 4));
+        let options = match options.contains("index=") {
+            true => options.to_string(),
+            false => format!("noindex,{options}"),
+        };
         let options = match &self.options.mount_options {
             Some(more) => format!("{options},{more}"),
             None => options.to_string(),
@@ -240,7 +248,7 @@ fn main() {
     let figures = bench.options.figures.clone();
     let wants = |f: &str| figures.iter().any(|x| x == f);
     let (large_wanted, many_wanted, search_wanted) = (
-        wants("1") || wants("c") || wants("4"),
+        wants("1") || wants("c") || wants("4") || wants("i"),
         wants("2"),
         wants("3"),
     );
@@ -282,6 +290,9 @@ fn main() {
     }
     if let Some(store) = &search {
         search::figure(&mut bench, store, &mut rows, &mut notes);
+    }
+    if let (Some(store), true) = (&large, wants("i")) {
+        index::figure(&mut bench, store, &mut rows, &mut notes);
     }
     if let (Some(store), true) = (&large, wants("4")) {
         throughput::figure(&mut bench, store, &mut rows, &mut notes);

@@ -234,6 +234,7 @@ fn issue_task(
         format!("1 {id}: the total against Harness inspect() [{e}]"),
         total,
         reference.as_ref(),
+        (harness::TARGET, "⅓"),
     ));
     peak
 }
@@ -241,7 +242,7 @@ fn issue_task(
 /// What `ls | wc -l` costs on its own for `count` names: it reads, sorts and
 /// prints them all, whatever the filesystem. Timed warm on tmpfs (/dev/shm),
 /// or beside the stores when there is no tmpfs there.
-fn ls_cost(dir: &Path, count: u64) -> f64 {
+pub fn ls_cost(dir: &Path, count: u64) -> f64 {
     let shm = Path::new("/dev/shm");
     let base = if shm.is_dir() { shm } else { dir };
     let names = base.join(format!("sessionfs-bench-names-{}", std::process::id()));

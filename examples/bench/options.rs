@@ -13,7 +13,8 @@ Options:
   --dir PATH         where stores are generated and cached (default /tmp/sessionfs-bench)
   --seed N           generator seed (default 20260314)
   --encodings LIST   comma-separated subset of zstd,raw,sqlite (default all)
-  --figures LIST     comma-separated subset of 1,c,2,3,4,s (default all; c = concurrency, s = steps/)
+  --figures LIST     comma-separated subset of 1,c,2,3,4,s,i (default all; c = concurrency,
+                     s = steps/, i = remounts with the persistent index)
   --regenerate       rebuild cached stores
   --gen-only         generate the stores, print their shape and stop
   --no-build         do not run `cargo build --release --bin sessionfs` first
@@ -53,7 +54,9 @@ pub fn parse() -> Result<Options, String> {
         dir: PathBuf::from("/tmp/sessionfs-bench"),
         seed: 20_260_314,
         encodings: Enc::ALL.to_vec(),
-        figures: ["1", "c", "2", "3", "4", "s"].map(String::from).to_vec(),
+        figures: ["1", "c", "2", "3", "4", "s", "i"]
+            .map(String::from)
+            .to_vec(),
         regenerate: false,
         gen_only: false,
         build: true,

@@ -1,0 +1,214 @@
+//! Figure i: the persistent index (issue 24). The profile session (1.3 M
+//! events) is copied alone into a scratch store and mounted with an index of
+//! its own. The first mount builds it (cold `cat surface.jsonl`) and saves its
+//! scan; each later figure is a remount with the page cache dropped. Last, the
+//! log grows by 1% and is remounted again: the saved scan is continued, not
+//! read again. Every other figure mounts with `-o noindex`, so it measures a
+//! first mount.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::Bench;
+use crate::checks::{expect_readable, timed};
+use crate::large::ls_cost;
+use crate::mount::{quote, time_sh};
+use crate::table::{MIB, Row, human, info_row, secs, time_row, yes};
+use crate::write::{Enc, SessionSpec, Store};
+
+/// The issue's bound on a remount's tail, middle-event and growth reads.
+const QUICK: f64 = 0.150;
+
+pub fn figure(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &mut Vec<String>) {
+    let spec = &store.sessions[0];
+    let name = spec.mount_name();
+    let events = store.stats_of(&spec.id).events;
+    let listing = ls_cost(&bench.options.dir, events);
+    bench.cold();
+    let (zstd, _) = time_sh(&format!(
+        "zstd -dc --no-asyncio {} > /dev/null",
+        quote(&spec.artifact(&store.root(Enc::Zstd), Enc::Zstd))
+    ));
+    for enc in bench.options.encodings.clone() {
+        if enc == Enc::Sqlite {
+            // The database holds every session of the store: copying it to
+            // grow one would measure the other two as well.
+            notes.push("i [sqlite]: not measured (the figure grows a JSONL log)".into());
+            continue;
+        }
+        let e = enc.name();
+        let scratch = bench.options.dir.join("index-scratch");
+        let index = bench.options.dir.join("index-dir");
+        for dir in [&scratch, &index] {
+            let _ = fs::remove_dir_all(dir);
+        }
+        let log = copy_alone(spec, &store.root(enc), &scratch, enc);
+        let options = format!("grace=0,index={}", index.display());
+        let dir = |mount: &crate::mount::Mount| quote(&mount.path(&name));
+
+        let mount = bench.mount(&scratch, &options);
+        bench.cold();
+        let (first, _) = timed(
+            &mount,
+            &name,
+            &format!("cat {}/surface.jsonl > /dev/null", dir(&mount)),
+        );
+        expect_readable(&mount, &name);
+        let (_, middle) = time_sh(&format!(
+            "ls {}/events | sed -n '{}p'",
+            dir(&mount),
+            events / 2 + 1
+        ));
+        mount.finish();
+        let middle = middle.trim().to_string();
+        let index_bytes = tree_bytes(&index);
+        let log_bytes = fs::metadata(&log).map_or(0, |m| m.len());
+
+        let remount = |bench: &mut Bench, script: &str| {
+            let mount = bench.mount(&scratch, &options);
+            bench.cold();
+            let script = script.replace("{dir}", &dir(&mount));
+            let (seconds, out) = timed(&mount, &name, &script);
+            let rss = mount.peak_rss();
+            mount.finish();
+            (seconds, out, rss)
+        };
+        let (surface, _, rss) = remount(bench, "cat {dir}/surface.jsonl > /dev/null");
+        let (tail, _, _) = remount(bench, "tail -n 50 {dir}/transcript.md > /dev/null");
+        let (event, _, _) = remount(bench, &format!("cat {{dir}}/events/{middle} > /dev/null"));
+        let (listed, count, _) = remount(bench, "ls {dir}/events | wc -l");
+        assert_eq!(count.trim(), events.to_string(), "events/ after a remount");
+        let appended = grow(&log, enc, events, events / 100);
+        let (grown, _, _) = remount(bench, "cat {dir}/surface.jsonl > /dev/null");
+
+        rows.push(info_row(
+            format!("i first mount: cold cat surface.jsonl, saving the index [{e}]"),
+            first,
+            first,
+            "(information: what a remount is compared with)",
+        ));
+        rows.push(info_row(
+            format!("i remount: cold cat surface.jsonl, floor zstd -dc [{e}]"),
+            surface,
+            zstd,
+            "(information)",
+        ));
+        let reference = bench.options.harness_inspect.clone().map(|template| {
+            crate::harness::measure(bench, &template, &store.root(enc), &spec.id, enc)
+        });
+        rows.push(crate::harness::row(
+            format!("i remount: cold cat surface.jsonl against Harness inspect() [{e}]"),
+            surface,
+            reference.as_ref(),
+            (1.0 / 20.0, "1/20"),
+        ));
+        rows.push(time_row(
+            format!("i remount: cold tail -n 50 transcript.md [{e}]"),
+            tail,
+            first,
+            1.0,
+            Some(QUICK),
+        ));
+        rows.push(time_row(
+            format!("i remount: cold cat of the middle event [{e}]"),
+            event,
+            first,
+            1.0,
+            Some(QUICK),
+        ));
+        rows.push(time_row(
+            format!("i remount: cold ls events | wc -l, floor tmpfs [{e}]"),
+            listed,
+            listing,
+            1.2,
+            None,
+        ));
+        rows.push(time_row(
+            format!("i remount after {appended} events (1%) appended: cat surface.jsonl [{e}]"),
+            grown,
+            surface,
+            1.5,
+            None,
+        ));
+        let share = index_bytes as f64 / log_bytes as f64;
+        rows.push(Row {
+            figure: format!("i index size, share of the stored log [{e}]"),
+            value: human(index_bytes),
+            floor: human(log_bytes),
+            ratio: format!("{:.1}%", share * 100.0),
+            target: "≤ 10%".into(),
+            met: yes(share <= 0.10),
+        });
+        notes.push(format!(
+            "i [{e}]: {} events; middle event {middle}; peak RSS at the remount's cat surface.jsonl {:.0} MiB",
+            events,
+            rss as f64 / MIB
+        ));
+        notes.push(format!(
+            "i [{e}]: first {}, remount {}: {:.1}× faster",
+            secs(first),
+            secs(surface),
+            first / surface
+        ));
+        let _ = fs::remove_dir_all(&scratch);
+        let _ = fs::remove_dir_all(&index);
+    }
+}
+
+/// Copies one session's artifact alone into a new JSONL store at `scratch`;
+/// returns the copy's path.
+fn copy_alone(spec: &SessionSpec, root: &Path, scratch: &Path, enc: Enc) -> PathBuf {
+    let from = spec.artifact(root, enc);
+    let to = spec.artifact(scratch, enc);
+    fs::create_dir_all(to.parent().expect("session directory")).expect("scratch store");
+    fs::copy(&from, &to).expect("copy the session's log");
+    to
+}
+
+/// Appends `count` events (whole turns of a user message) after the `events`
+/// the log holds, in frames or lines of 32 as the Harness batches them.
+/// Returns how many were appended.
+fn grow(log: &Path, enc: Enc, events: u64, count: u64) -> u64 {
+    let mut file = fs::OpenOptions::new()
+        .append(true)
+        .open(log)
+        .expect("open the log to grow it");
+    let mut seq = events;
+    let mut batch = String::new();
+    let mut turn = 1_000_000;
+    while seq < events + count {
+        turn += 1;
+        for event in [
+            serde_json::json!({"type": "turn/start", "seq": seq, "time": 1_900_000_000_000u64 + seq, "data": {"turn": turn}}),
+            serde_json::json!({"type": "user/message", "seq": seq + 1, "time": 1_900_000_000_000u64 + seq + 1, "data": {"content": [{"type": "text", "text": format!("appended turn {turn}")}], "source": {"kind": "user"}, "role": "user", "id": format!("grown-{seq}")}, "surfaceOp": "append"}),
+            serde_json::json!({"type": "turn/end", "seq": seq + 2, "time": 1_900_000_000_000u64 + seq + 2, "data": {"turn": turn, "reason": {"kind": "completed"}}}),
+        ] {
+            batch.push_str(&event.to_string());
+            batch.push('\n');
+        }
+        seq += 3;
+        if turn % 11 == 0 || seq >= events + count {
+            let bytes = match enc {
+                Enc::Zstd => zstd::stream::encode_all(batch.as_bytes(), 3).expect("frame"),
+                _ => batch.as_bytes().to_vec(),
+            };
+            file.write_all(&bytes).expect("grow the log");
+            batch.clear();
+        }
+    }
+    seq - events
+}
+
+fn tree_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => tree_bytes(&e.path()),
+            _ => e.metadata().map_or(0, |m| m.len()),
+        })
+        .sum()
+}
