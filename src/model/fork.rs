@@ -29,34 +29,46 @@ impl std::fmt::Display for ForkRefusal {
 /// so a boundary can be checked without re-reading the log.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct TurnBoundaries {
-    /// For each seq: whether the latest `turn/start`/`turn/end` at or before it is a start.
-    open_after: Vec<bool>,
+    /// How many events have been recorded.
+    len: u64,
+    /// The seqs at which the state flips (closed before the first): a turn
+    /// of a million streamed chunks costs two entries, not a million.
+    flips: Vec<u64>,
 }
 
 impl TurnBoundaries {
     /// Records the next stored event's type, in seq order.
     pub fn observe(&mut self, event_type: &str) {
+        let was_open = self.flips.len() % 2 == 1;
         let open = match event_type {
             "turn/start" => true,
             "turn/end" => false,
-            _ => self.open_after.last().copied().unwrap_or(false),
+            _ => was_open,
         };
-        self.open_after.push(open);
+        if open != was_open {
+            self.flips.push(self.len);
+        }
+        self.len += 1;
     }
 
     /// How many events have been recorded.
     pub fn len(&self) -> usize {
-        self.open_after.len()
+        self.len as usize
     }
 
     /// True before the first event is recorded.
     pub fn is_empty(&self) -> bool {
-        self.open_after.is_empty()
+        self.len == 0
+    }
+
+    /// Whether the latest `turn/start`/`turn/end` at or before `seq` is a start.
+    fn open_after(&self, seq: u64) -> bool {
+        self.flips.partition_point(|flip| *flip <= seq) % 2 == 1
     }
 
     /// Checks a boundary against the stored log (spec §9.1 steps 3 and 4).
     pub fn check(&self, boundary: u64) -> Result<(), ForkRefusal> {
-        let count = self.open_after.len() as u64;
+        let count = self.len;
         if boundary >= count {
             let last = if count == 0 {
                 "none".to_string()
@@ -67,7 +79,7 @@ impl TurnBoundaries {
                 "boundary {boundary} is not a stored seq (the last stored seq is {last})"
             )));
         }
-        if self.open_after[boundary as usize] {
+        if self.open_after(boundary) {
             return Err(ForkRefusal::OpenTurn(format!(
                 "boundary {boundary} ends inside an open turn; fork at the turn's turn/end or later"
             )));
@@ -142,6 +154,34 @@ pub fn parse_fork_command(text: &[u8]) -> Result<(u64, Option<String>), String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The flips answer as a per-seq record of the open state would.
+    #[test]
+    fn boundaries_kept_as_flips_answer_as_one_state_per_seq() {
+        let types = ["turn/start", "turn/end", "assistant/chunk", "user/message"];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..50 {
+            let (mut turns, mut naive) = (TurnBoundaries::default(), Vec::new());
+            for _ in 0..200 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let event_type = types[(state % 4) as usize];
+                turns.observe(event_type);
+                let open = match event_type {
+                    "turn/start" => true,
+                    "turn/end" => false,
+                    _ => naive.last().copied().unwrap_or(false),
+                };
+                naive.push(open);
+            }
+            for (seq, open) in naive.iter().enumerate() {
+                assert_eq!(turns.open_after(seq as u64), *open, "seq {seq}");
+                assert_eq!(turns.check(seq as u64).is_err(), *open);
+            }
+            assert!(turns.check(naive.len() as u64).is_err());
+        }
+    }
 
     #[test]
     fn boundaries_follow_the_harness_rules() {
