@@ -34,6 +34,9 @@ const MAGIC: &[u8; 8] = b"SFSINDX\x01";
 /// missed save costs the next mount a full read, nothing else).
 const QUEUED_SAVES: usize = 8;
 
+/// The most plaintext an index file may hold: more is a damaged header.
+const MAX_PLAINTEXT: u64 = 4 << 30;
+
 /// A temporary file older than this was left by a writer that died.
 const ABANDONED: Duration = Duration::from_secs(3600);
 
@@ -234,7 +237,14 @@ impl Shared {
         let mut compressed = magic[8..].to_vec();
         file.read_to_end(&mut compressed)
             .map_err(|e| unusable(e.to_string()))?;
-        let plain = zstd::stream::decode_all(&compressed[..])
+        // The frame says its size, so the plaintext is decoded in one go into
+        // a buffer of that size (bounded: a damaged header claims anything).
+        let size = zstd::zstd_safe::get_frame_content_size(&compressed)
+            .ok()
+            .flatten()
+            .filter(|size| *size <= MAX_PLAINTEXT)
+            .ok_or_else(|| unusable("its frame does not say a plausible size".into()))?;
+        let plain = zstd::bulk::decompress(&compressed, size as usize)
             .map_err(|e| unusable(format!("damaged: {e}")))?;
         let (envelope, payload) =
             split_envelope(&plain).ok_or_else(|| unusable("damaged".into()))?;
@@ -286,6 +296,8 @@ impl Shared {
             out.write_all(MAGIC)?;
             let mut encoder = zstd::stream::Encoder::new(out, 3)?;
             encoder.include_checksum(true)?;
+            let size = 4 + envelope.len() + save.bytes.len();
+            encoder.set_pledged_src_size(Some(size as u64))?;
             encoder.write_all(&(envelope.len() as u32).to_le_bytes())?;
             encoder.write_all(&envelope)?;
             encoder.write_all(&save.bytes)?;

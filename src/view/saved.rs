@@ -185,43 +185,42 @@ fn take_events(input: &mut Reader, types: usize) -> Result<Vec<EventMeta>, Strin
     if count > (input.bytes.len() - input.at) as u64 / 6 {
         return Err("event count exceeds the bytes".into());
     }
-    let count = count as usize;
-    let mut column = |to_u32: bool| -> Result<Vec<u64>, String> {
-        (0..count)
-            .map(|_| {
-                let value = input.varint()?;
-                if to_u32 && value > u64::from(u32::MAX) {
-                    return Err("a field exceeds 32 bits".into());
-                }
-                Ok(value)
-            })
-            .collect()
+    let blank = EventMeta {
+        loc: EventLoc {
+            record: 0,
+            within: 0,
+            member: 0,
+        },
+        time: 0,
+        type_and_converted: 0,
+        size: 0,
     };
-    let records = column(false)?;
-    let withins = column(true)?;
-    let members = column(true)?;
-    let times = column(false)?;
-    let kinds = column(true)?;
-    let sizes = column(true)?;
-    let (mut record, mut time) = (0u64, 0i64);
-    let mut events = Vec::with_capacity(count);
-    for i in 0..count {
-        record = record.wrapping_add(unzigzag(records[i]) as u64);
-        time = time.wrapping_add(unzigzag(times[i]));
-        let meta = EventMeta {
-            loc: EventLoc {
-                record,
-                within: withins[i] as u32,
-                member: members[i] as u32,
-            },
-            time,
-            type_and_converted: kinds[i] as u32,
-            size: sizes[i] as u32,
-        };
+    // Each column is read straight into the events: no column is held apart.
+    let mut events = vec![blank; count as usize];
+    let mut record = 0u64;
+    for meta in &mut events {
+        record = record.wrapping_add(unzigzag(input.varint()?) as u64);
+        meta.loc.record = record;
+    }
+    for meta in &mut events {
+        meta.loc.within = input.varint_u32()?;
+    }
+    for meta in &mut events {
+        meta.loc.member = input.varint_u32()?;
+    }
+    let mut time = 0i64;
+    for meta in &mut events {
+        time = time.wrapping_add(unzigzag(input.varint()?));
+        meta.time = time;
+    }
+    for meta in &mut events {
+        meta.type_and_converted = input.varint_u32()?;
         if (meta.type_and_converted >> 1) as usize >= types {
             return Err("an event's type is not among the saved types".into());
         }
-        events.push(meta);
+    }
+    for meta in &mut events {
+        meta.size = input.varint_u32()?;
     }
     Ok(events)
 }
@@ -271,6 +270,10 @@ impl Reader<'_> {
             }
         }
         Err("a varint longer than 64 bits".into())
+    }
+
+    fn varint_u32(&mut self) -> Result<u32, String> {
+        u32::try_from(self.varint()?).map_err(|_| "a field exceeds 32 bits".to_string())
     }
 }
 
