@@ -364,6 +364,7 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
         });
     // Scans saved while mounted reach the disk before the process ends.
     if let Some(index) = &index {
+        fs.save_scans();
         index.wait_idle();
     }
     let unwritten = fs.writeback().shutdown();

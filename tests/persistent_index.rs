@@ -108,7 +108,8 @@ struct Shown {
 }
 
 /// Reads every file of `store` through a fresh filesystem, with `index` or
-/// reading every log whole, and waits until the scans it saved are written.
+/// reading every log whole, then ends it as an unmount does: the scans it
+/// saved are written before this returns.
 fn show(store: &Path, index: Option<&Arc<PersistentIndex>>) -> Shown {
     let delivered = Arc::new(AtomicU64::new(0));
     let backend = Counting {
@@ -126,6 +127,8 @@ fn show(store: &Path, index: Option<&Arc<PersistentIndex>>) -> Shown {
     let fs = SessionFs::new(Box::new(backend), config);
     let mut files = BTreeMap::new();
     walk(&fs, ROOT, "", &mut files);
+    // As the mount ends: what grew since it was saved is saved too.
+    fs.save_scans();
     if let Some(index) = index {
         index.wait_idle();
     }
@@ -351,6 +354,8 @@ fn logs_changed_after_indexing_are_continued_or_read_again_as_a_full_read_shows_
         let case = Case::new(fixture);
         let index = case.index();
         case.agree(&index, &format!("{fixture}: indexed"));
+        // What an unchanged store has read again: its refused logs.
+        let refused = case.agree(&index, &format!("{fixture}: unchanged"));
         let logs = case.logs();
         assert!(logs.len() >= 4, "{fixture}: too few logs");
 
@@ -359,6 +364,9 @@ fn logs_changed_after_indexing_are_continued_or_read_again_as_a_full_read_shows_
         append(&logs[0], &turn_lines(last, turn + 1));
         let delivered = case.agree(&index, &format!("{fixture}: extended"));
         assert!(delivered >= 3, "{fixture}: the appended turn was not read");
+        // The scan read on is saved as the filesystem ends: nothing is read again.
+        let again = case.agree(&index, &format!("{fixture}: extended, remounted"));
+        assert_eq!(again, refused, "{fixture}: the extended scan was not saved");
 
         // Truncated mid-line: read again from the start.
         let len = std::fs::metadata(&logs[1]).unwrap().len();

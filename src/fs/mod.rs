@@ -262,6 +262,13 @@ impl SessionFs {
         fs
     }
 
+    /// Saves the scans that went on since they were saved (sessions that
+    /// grew while mounted), as the mount ends: the next mount reads on from
+    /// there.
+    pub fn save_scans(&self) {
+        self.views.save_unsaved();
+    }
+
     /// The write-behind of fork children, for the thread that runs it.
     pub fn writeback(&self) -> Arc<Writeback> {
         self.writeback.clone()

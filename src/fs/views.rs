@@ -192,7 +192,8 @@ impl Views {
             let slot = self.slot(victim);
             match slot.view.try_lock() {
                 Ok(mut view) => {
-                    if let Some(dropped) = view.take() {
+                    if let Some(mut dropped) = view.take() {
+                        dropped.save_unsaved();
                         self.spill(victim, &slot, &dropped);
                         lock(&slot.shown).iter_mut().for_each(Shown::let_go);
                     }
@@ -251,6 +252,21 @@ impl Views {
         drop(view);
         lock(&self.lru).remove(number);
         self.follow.unwatch_session(number);
+    }
+
+    /// Saves every loaded view's scan that went on past what was saved of it,
+    /// as the mount ends. Each view is waited for.
+    pub fn save_unsaved(&self) {
+        let slots: Vec<Arc<ViewSlot>> = crate::sync::read(&self.slots)
+            .iter()
+            .flatten()
+            .cloned()
+            .collect();
+        for slot in slots {
+            if let Some(view) = lock(&slot.view).as_mut() {
+                view.save_unsaved();
+            }
+        }
     }
 
     /// Session `number` left the store: it is no longer followed.

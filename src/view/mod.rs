@@ -148,6 +148,9 @@ pub struct SessionView {
     /// Where scans are saved and read back, so that a remount reads only what
     /// grew; `None`: every scan reads the log whole.
     saved: Option<Arc<dyn SavedScans>>,
+    /// The scan went on past what was saved: it is saved when the view is
+    /// dropped ([`SessionView::save_unsaved`]), not in the request that read on.
+    unsaved: bool,
 }
 
 impl SessionView {
@@ -184,6 +187,7 @@ impl SessionView {
                 external: false,
             })),
             saved,
+            unsaved: false,
         };
         let (backend, key) = (&view.source.backend, &view.source.key);
         view.state = match refused {
@@ -292,7 +296,7 @@ impl SessionView {
                 Ok(()) => {
                     if resumed.point != from {
                         resumed.shrink();
-                        self.keep(&resumed);
+                        self.unsaved = true;
                     }
                     return State::Indexed(resumed);
                 }
@@ -309,6 +313,7 @@ impl SessionView {
             Ok(()) => {
                 indexed.shrink();
                 self.keep(&indexed);
+                self.unsaved = false;
                 State::Indexed(indexed)
             }
             Err(reason) => {
@@ -356,6 +361,16 @@ impl SessionView {
             loaded.indexed.point.events
         );
         Some(loaded.indexed)
+    }
+
+    /// Saves the scan when it went on past what was saved of it: called as
+    /// the view is dropped, and at unmount.
+    pub fn save_unsaved(&mut self) {
+        if std::mem::take(&mut self.unsaved)
+            && let State::Indexed(indexed) = &self.state
+        {
+            self.keep(indexed);
+        }
     }
 
     /// Saves a scan just made, for the next mount.
@@ -426,6 +441,7 @@ impl SessionView {
                     let extended = indexed.extend(&self.source, None).is_ok();
                     if extended && indexed.events.len() != before {
                         indexed.changed(false);
+                        self.unsaved = true;
                     }
                     extended
                 }
