@@ -19,7 +19,7 @@ use crate::write::{self, Enc, Encoders, SessionSpec};
 
 /// Copies the session `spec` of the cached large store into a fresh store for
 /// appending: the one artifact for JSONL, the whole database for SQLite.
-fn fresh_copy(source: &write::Store, spec: &SessionSpec, enc: Enc, dir: &Path) -> PathBuf {
+pub fn fresh_copy(source: &write::Store, spec: &SessionSpec, enc: Enc, dir: &Path) -> PathBuf {
     let _ = fs::remove_dir_all(dir);
     fs::create_dir_all(dir).expect("create follow store");
     match enc {
@@ -40,13 +40,13 @@ fn fresh_copy(source: &write::Store, spec: &SessionSpec, enc: Enc, dir: &Path) -
 }
 
 /// Appends batches to one session as the Harness's writer would.
-enum Appender {
+pub enum Appender {
     File { path: PathBuf, zstd: bool },
     Sqlite { connection: Connection, id: String },
 }
 
 impl Appender {
-    fn new(store: &Path, spec: &SessionSpec, enc: Enc) -> Appender {
+    pub fn new(store: &Path, spec: &SessionSpec, enc: Enc) -> Appender {
         match enc {
             Enc::Zstd | Enc::Raw => Appender::File {
                 path: spec.artifact(store, enc),
@@ -65,7 +65,7 @@ impl Appender {
         }
     }
 
-    fn append(&mut self, encoders: &mut Encoders, batch: &[sessionfs::json::JsonMap]) {
+    pub fn append(&mut self, encoders: &mut Encoders, batch: &[sessionfs::json::JsonMap]) {
         match self {
             Appender::File { path, zstd } => {
                 let (plain, _) = encoders.batch(batch, false);

@@ -1,21 +1,22 @@
 //! Figure i: the persistent index (issue 24). The profile session (1.3 M
-//! events) is copied alone into a scratch store and mounted with an index of
-//! its own. The first mount builds it (cold `cat surface.jsonl`) and saves its
-//! scan; each later figure is a remount with the page cache dropped. Last, the
-//! log grows by 1% and is remounted again: the saved scan is continued, not
-//! read again. Every other figure mounts with `-o noindex`, so it measures a
-//! first mount.
+//! events) is copied into a scratch store (alone for JSONL, with its
+//! database for SQLite) and mounted with an index of its own. The first mount
+//! builds it (cold `cat surface.jsonl`) and saves its scan; each later figure
+//! is a remount with the page cache dropped. Last, the log grows by 1%, with
+//! events the session's own generator goes on with (so its views grow by 1%
+//! too), and is remounted again: the saved scan is continued, not read again.
+//! Every other figure mounts with `-o noindex`, so it measures a first mount.
 
 use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::Bench;
 use crate::checks::{expect_readable, timed};
+use crate::follow::{Appender, fresh_copy};
 use crate::large::ls_cost;
 use crate::mount::{quote, time_sh};
 use crate::table::{MIB, Row, human, info_row, secs, time_row, yes};
-use crate::write::{Enc, SessionSpec, Store};
+use crate::write::{self, Enc, Encoders, SessionSpec, Store};
 
 /// The issue's bound on a remount's tail, middle-event and growth reads.
 const QUICK: f64 = 0.150;
@@ -31,19 +32,14 @@ pub fn figure(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &mut
         quote(&spec.artifact(&store.root(Enc::Zstd), Enc::Zstd))
     ));
     for enc in bench.options.encodings.clone() {
-        if enc == Enc::Sqlite {
-            // The database holds every session of the store: copying it to
-            // grow one would measure the other two as well.
-            notes.push("i [sqlite]: not measured (the figure grows a JSONL log)".into());
-            continue;
-        }
         let e = enc.name();
-        let scratch = bench.options.dir.join("index-scratch");
         let index = bench.options.dir.join("index-dir");
-        for dir in [&scratch, &index] {
-            let _ = fs::remove_dir_all(dir);
-        }
-        let log = copy_alone(spec, &store.root(enc), &scratch, enc);
+        let _ = fs::remove_dir_all(&index);
+        let scratch = fresh_copy(store, spec, enc, &bench.options.dir.join("index-scratch"));
+        let log = match enc {
+            Enc::Sqlite => scratch.clone(),
+            _ => spec.artifact(&scratch, enc),
+        };
         let options = format!("grace=0,index={}", index.display());
         let dir = |mount: &crate::mount::Mount| quote(&mount.path(&name));
 
@@ -79,7 +75,7 @@ pub fn figure(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &mut
         let (event, _, _) = remount(bench, &format!("cat {{dir}}/events/{middle} > /dev/null"));
         let (listed, count, _) = remount(bench, "ls {dir}/events | wc -l");
         assert_eq!(count.trim(), events.to_string(), "events/ after a remount");
-        let appended = grow(&log, enc, events, events / 100);
+        let appended = grow(spec, &scratch, enc, events, events / 100);
         let (grown, _, _) = remount(bench, "cat {dir}/surface.jsonl > /dev/null");
 
         rows.push(info_row(
@@ -151,53 +147,28 @@ pub fn figure(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &mut
             secs(surface),
             first / surface
         ));
-        let _ = fs::remove_dir_all(&scratch);
+        let _ = fs::remove_dir_all(bench.options.dir.join("index-scratch"));
         let _ = fs::remove_dir_all(&index);
     }
 }
 
-/// Copies one session's artifact alone into a new JSONL store at `scratch`;
-/// returns the copy's path.
-fn copy_alone(spec: &SessionSpec, root: &Path, scratch: &Path, enc: Enc) -> PathBuf {
-    let from = spec.artifact(root, enc);
-    let to = spec.artifact(scratch, enc);
-    fs::create_dir_all(to.parent().expect("session directory")).expect("scratch store");
-    fs::copy(&from, &to).expect("copy the session's log");
-    to
-}
-
-/// Appends `count` events (whole turns of a user message) after the `events`
-/// the log holds, in frames or lines of 32 as the Harness batches them.
-/// Returns how many were appended.
-fn grow(log: &Path, enc: Enc, events: u64, count: u64) -> u64 {
-    let mut file = fs::OpenOptions::new()
-        .append(true)
-        .open(log)
-        .expect("open the log to grow it");
-    let mut seq = events;
-    let mut batch = String::new();
-    let mut turn = 1_000_000;
-    while seq < events + count {
-        turn += 1;
-        for event in [
-            serde_json::json!({"type": "turn/start", "seq": seq, "time": 1_900_000_000_000u64 + seq, "data": {"turn": turn}}),
-            serde_json::json!({"type": "user/message", "seq": seq + 1, "time": 1_900_000_000_000u64 + seq + 1, "data": {"content": [{"type": "text", "text": format!("appended turn {turn}")}], "source": {"kind": "user"}, "role": "user", "id": format!("grown-{seq}")}, "surfaceOp": "append"}),
-            serde_json::json!({"type": "turn/end", "seq": seq + 2, "time": 1_900_000_000_000u64 + seq + 2, "data": {"turn": turn, "reason": {"kind": "completed"}}}),
-        ] {
-            batch.push_str(&event.to_string());
-            batch.push('\n');
-        }
-        seq += 3;
-        if turn % 11 == 0 || seq >= events + count {
-            let bytes = match enc {
-                Enc::Zstd => zstd::stream::encode_all(batch.as_bytes(), 3).expect("frame"),
-                _ => batch.as_bytes().to_vec(),
-            };
-            file.write_all(&bytes).expect("grow the log");
-            batch.clear();
-        }
+/// Appends `count` events to the session (which holds `events`), as its
+/// generator goes on after them, in the Harness's batches; returns how many.
+fn grow(spec: &SessionSpec, store: &Path, enc: Enc, events: u64, count: u64) -> u64 {
+    let mut generator = write::drive(spec, |_| 0);
+    assert_eq!(
+        generator.emitted, events,
+        "the generator replays the stored log"
+    );
+    let mut appender = Appender::new(store, spec, enc);
+    let mut encoders = Encoders::new();
+    let mut appended = 0;
+    while appended < count {
+        let batch = generator.take(200.min((count - appended) as usize), true);
+        appended += batch.len() as u64;
+        appender.append(&mut encoders, &batch);
     }
-    seq - events
+    appended
 }
 
 fn tree_bytes(dir: &Path) -> u64 {
