@@ -8,6 +8,9 @@
 //! prints, per store size:
 //! - cold `ls -l` of the root (a fresh mount), against the first-line floor:
 //!   reading the first line of every log with `head` on 2 processes;
+//! - cold `ls -l` of the root after a remount with the persistent index the
+//!   first mount saved, against the stat-only floor (`find -printf` of every
+//!   log's size and time);
 //! - warm `ls` of the root, against `ls` of as many names on tmpfs;
 //! - 1,000 warm `cat`s of `index.jsonl`, the per-operation cost, which must not
 //!   grow with the store;
@@ -198,6 +201,8 @@ struct Row {
     size: usize,
     floor: f64,
     cold_ls: f64,
+    stat_floor: f64,
+    remount_ls: f64,
     tmpfs_ls: f64,
     warm_ls: f64,
     cats: f64,
@@ -236,9 +241,22 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
         .map(|_| time_sh(&format!("ls {} | wc -l", quote(&names))).0)
         .fold(f64::INFINITY, f64::min);
 
+    let stat_floor = (0..3)
+        .map(|_| {
+            time_sh(&format!(
+                "find {} -name 'session.jsonl*' -printf '%s %T@\\n' > /dev/null",
+                quote(&root)
+            ))
+            .0
+        })
+        .fold(f64::INFINITY, f64::min);
+
     let mnt = options.dir.join("mnt");
     let log = options.dir.join("sessionfs.log");
-    let mount = Mount::new(binary, &root, &mnt, "", &log);
+    let index = options.dir.join(format!("index-{size}"));
+    let _ = fs::remove_dir_all(&index);
+    let index_option = format!("index={}", index.display());
+    let mount = Mount::new(binary, &root, &mnt, &index_option, &log);
     let (cold_ls, out) = time_sh(&format!("ls -l {} | wc -l", quote(&mnt)));
     let listed: usize = out.trim().parse().unwrap_or(0);
     // `total` line, then `flush`, `sessions.jsonl`, `latest`, `by-project`, `by-date`
@@ -284,10 +302,18 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
         (used, used / options.idle * 100.0)
     });
     mount.finish();
+    // The first mount saved the headers it read as it ended.
+    let mount = Mount::new(binary, &root, &mnt, &index_option, &log);
+    let (remount_ls, out) = time_sh(&format!("ls -l {} | wc -l", quote(&mnt)));
+    assert_eq!(out.trim(), (size + 6).to_string(), "ls -l after a remount");
+    mount.finish();
+    let _ = fs::remove_dir_all(&index);
     Row {
         size,
         floor,
         cold_ls,
+        stat_floor,
+        remount_ls,
         tmpfs_ls,
         warm_ls,
         cats,
@@ -348,6 +374,20 @@ fn main() {
             r.cats / base_cats,
             r.rss_bytes as f64 / (1024.0 * 1024.0),
             r.rss_bytes as f64 / 1024.0 / r.size as f64,
+        );
+    }
+    println!();
+    println!(
+        "| sessions | remount with the index: cold `ls -l` | stat-only floor | ratio (≤ 1.5×) |"
+    );
+    println!("|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {:.2} s | {:.2} s | {:.2}× |",
+            r.size,
+            r.remount_ls,
+            r.stat_floor,
+            r.remount_ls / r.stat_floor
         );
     }
     println!();

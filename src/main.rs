@@ -224,6 +224,9 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
     let description = store.describe();
     let read_only = read_only_reason(options);
     let index = persistent_index(options).map(Arc::new);
+    if let Some(index) = &index {
+        store.remember_headers(index.clone());
+    }
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let config = FsConfig {
@@ -365,6 +368,7 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
     // Scans saved while mounted reach the disk before the process ends.
     if let Some(index) = &index {
         fs.save_scans();
+        index.save_headers();
         index.wait_idle();
     }
     let unwritten = fs.writeback().shutdown();

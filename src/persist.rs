@@ -9,7 +9,12 @@
 //! else is a miss, which costs a full read of the log and nothing more. Its
 //! size is bounded: beyond `max_bytes` the least recently used files go.
 //! Writes run on a thread of their own, so no request waits on the disk.
+//!
+//! It also keeps the headers listings read, each with the stamp of its log
+//! (one `stat`), so that a remount lists an unchanged store without opening
+//! a log ([`KnownHeaders`]).
 
+use std::collections::HashMap;
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -20,7 +25,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crate::digest::Fnv;
-use crate::store::SessionKey;
+use crate::model::header::SessionHeader;
+use crate::store::{FileStamp, KnownHeaders, SessionKey};
 use crate::sync::lock;
 use crate::view::SavedScans;
 
@@ -46,6 +52,35 @@ pub struct PersistentIndex {
     shared: Arc<Shared>,
     queue: Mutex<Option<SyncSender<Save>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The headers listings read, by log path; read from disk at first use.
+    headers: Mutex<Headers>,
+    /// Headers listings had from the table rather than from their logs.
+    headers_known: AtomicU64,
+}
+
+/// The name the table of known headers is kept under, beside the sessions'.
+const HEADERS_KEY: &str = "listing headers";
+
+#[derive(Debug, Default)]
+struct Headers {
+    /// By the digest of the log's path: a path of another log with the same
+    /// digest is another file, whose stamp (device and inode) differs.
+    table: HashMap<u64, Known>,
+    loaded: bool,
+    /// A header was recorded since the table was read.
+    changed: bool,
+    /// A listing of the whole store ended: unseen entries are of logs gone.
+    listed_all: bool,
+}
+
+/// One known header, kept as its JSON (about half the parsed header's
+/// memory: a store of 100,000 sessions holds 100,000 of these).
+#[derive(Debug)]
+struct Known {
+    stamp: FileStamp,
+    header: Box<[u8]>,
+    /// Asked for or recorded by this mount.
+    seen: bool,
 }
 
 #[derive(Debug)]
@@ -122,7 +157,55 @@ impl PersistentIndex {
             shared,
             queue: Mutex::new(Some(queue)),
             writer: Mutex::new(Some(writer)),
+            headers: Mutex::default(),
+            headers_known: AtomicU64::new(0),
         })
+    }
+
+    /// How many headers listings had from the table, not from their logs.
+    pub fn headers_known(&self) -> u64 {
+        self.headers_known.load(Ordering::Relaxed)
+    }
+
+    /// Saves the table of known headers when this mount changed it (or a
+    /// whole listing found logs gone), as the mount ends.
+    pub fn save_headers(&self) {
+        let bytes = {
+            let headers = lock(&self.headers);
+            let pruned = headers.listed_all && headers.table.values().any(|k| !k.seen);
+            if !headers.changed && !pruned {
+                return;
+            }
+            let kept = headers
+                .table
+                .iter()
+                .filter(|(_, known)| known.seen || !headers.listed_all);
+            let mut out = Vec::new();
+            for (path, known) in kept {
+                let stamp = &known.stamp;
+                for field in [*path, stamp.dev, stamp.ino, stamp.size] {
+                    out.extend_from_slice(&field.to_le_bytes());
+                }
+                for time in [stamp.mtime_ns, stamp.ctime_ns] {
+                    out.extend_from_slice(&time.to_le_bytes());
+                }
+                out.extend_from_slice(&(known.header.len() as u32).to_le_bytes());
+                out.extend_from_slice(&known.header);
+            }
+            out
+        };
+        let queue = lock(&self.queue);
+        if let Some(queue) = queue.as_ref() {
+            *lock(&self.shared.pending) += 1;
+            let save = Save {
+                key: HEADERS_KEY.into(),
+                bytes,
+            };
+            // The mount is ending: this save waits for room rather than being dropped.
+            if queue.send(save).is_err() {
+                self.shared.done();
+            }
+        }
     }
 
     /// This store's index directory.
@@ -141,6 +224,61 @@ impl PersistentIndex {
                 .unwrap_or_else(|e| e.into_inner());
         }
     }
+
+    /// The table of known headers, read from disk at first use.
+    fn headers(&self) -> std::sync::MutexGuard<'_, Headers> {
+        let mut headers = lock(&self.headers);
+        if !headers.loaded {
+            headers.loaded = true;
+            let path = self.shared.file_for(HEADERS_KEY);
+            match self.shared.read(&path, HEADERS_KEY) {
+                Ok(bytes) => match read_headers(&bytes) {
+                    Some(table) => headers.table = table,
+                    None => log::info!("index file {} not used: damaged", path.display()),
+                },
+                Err(Miss::Absent) => {}
+                Err(Miss::Unusable(why)) => {
+                    log::info!("index file {} not used: {why}", path.display())
+                }
+            }
+        }
+        headers
+    }
+}
+
+/// The table of known headers as [`PersistentIndex::save_headers`] wrote it.
+fn read_headers(mut bytes: &[u8]) -> Option<HashMap<u64, Known>> {
+    let mut take = |n: usize| {
+        let (taken, rest) = bytes.split_at_checked(n)?;
+        bytes = rest;
+        Some(taken)
+    };
+    let mut table = HashMap::new();
+    loop {
+        let Some(fixed) = take(4 * 8 + 2 * 16 + 4) else {
+            return Some(table);
+        };
+        let word = |at: usize| u64::from_le_bytes(fixed[at..at + 8].try_into().unwrap_or_default());
+        let time =
+            |at: usize| i128::from_le_bytes(fixed[at..at + 16].try_into().unwrap_or_default());
+        let len = u32::from_le_bytes(fixed[64..68].try_into().ok()?) as usize;
+        let stamp = FileStamp {
+            dev: word(8),
+            ino: word(16),
+            size: word(24),
+            mtime_ns: time(32),
+            ctime_ns: time(48),
+        };
+        let header = take(len)?.into();
+        table.insert(
+            word(0),
+            Known {
+                stamp,
+                header,
+                seen: false,
+            },
+        );
+    }
 }
 
 impl Drop for PersistentIndex {
@@ -151,6 +289,42 @@ impl Drop for PersistentIndex {
             let _ = writer.join();
         }
     }
+}
+
+impl KnownHeaders for PersistentIndex {
+    fn header(&self, path: &Path, stamp: &FileStamp) -> Option<SessionHeader> {
+        let mut headers = self.headers();
+        let known = headers.table.get_mut(&path_digest(path))?;
+        known.seen = true;
+        if known.stamp != *stamp {
+            return None;
+        }
+        let header = serde_json::from_slice(&known.header).ok()?;
+        self.headers_known.fetch_add(1, Ordering::Relaxed);
+        Some(header)
+    }
+
+    fn record(&self, path: &Path, stamp: FileStamp, header: &SessionHeader) {
+        let Ok(header) = serde_json::to_vec(header) else {
+            return;
+        };
+        let known = Known {
+            stamp,
+            header: header.into(),
+            seen: true,
+        };
+        let mut headers = self.headers();
+        headers.changed = true;
+        headers.table.insert(path_digest(path), known);
+    }
+
+    fn listed_all(&self) {
+        self.headers().listed_all = true;
+    }
+}
+
+fn path_digest(path: &Path) -> u64 {
+    Fnv::of(path.as_os_str().as_encoded_bytes())
 }
 
 impl SavedScans for PersistentIndex {

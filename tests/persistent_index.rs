@@ -23,8 +23,8 @@ use sessionfs::model::Scanned;
 use sessionfs::model::header::SessionHeader;
 use sessionfs::persist::PersistentIndex;
 use sessionfs::store::{
-    self, Backend, Catalog, EventLoc, EventSink, Listing, Revision, ScanEnd, ScanPoint, SessionKey,
-    Source, Watched, Writer,
+    self, Backend, Catalog, EventLoc, EventSink, KnownHeaders, Listing, Revision, ScanEnd,
+    ScanPoint, SessionKey, Source, Watched, Writer,
 };
 use sessionfs::view::SavedScans;
 
@@ -50,6 +50,9 @@ impl Catalog for Counting {
     }
     fn contains(&self, id: &str) -> bool {
         self.inner.contains(id)
+    }
+    fn remember_headers(&self, known: Arc<dyn KnownHeaders>) {
+        self.inner.remember_headers(known)
     }
 }
 
@@ -116,6 +119,9 @@ fn show(store: &Path, index: Option<&Arc<PersistentIndex>>) -> Shown {
         inner: store::open(store).expect("store"),
         delivered: delivered.clone(),
     };
+    if let Some(index) = index {
+        backend.remember_headers(index.clone());
+    }
     let config = FsConfig {
         // Open turns are shown closed at once, in both, so crash repair is compared too.
         grace: Duration::ZERO,
@@ -130,6 +136,7 @@ fn show(store: &Path, index: Option<&Arc<PersistentIndex>>) -> Shown {
     // As the mount ends: what grew since it was saved is saved too.
     fs.save_scans();
     if let Some(index) = index {
+        index.save_headers();
         index.wait_idle();
     }
     Shown {
@@ -278,7 +285,20 @@ fn a_remount_with_the_index_shows_every_fixture_file_as_a_full_read_and_reads_no
         let index = case.index();
         let first = case.agree(&index, &format!("{fixture}, first mount"));
         assert!(first > 0, "{fixture}: the first mount read no event");
+        let known = index.headers_known();
         let again = case.agree(&index, &format!("{fixture}, remount"));
+        if !fixture.contains("sqlite") {
+            let listed = show(&case.store, None)
+                .files
+                .keys()
+                .filter(|n| n.ends_with("/header.json"))
+                .count() as u64;
+            assert!(
+                index.headers_known() - known >= listed,
+                "{fixture}: a remount read headers again ({} known for {listed} sessions)",
+                index.headers_known() - known
+            );
+        }
         // A log refused (an `error` file) is read again up to its refusal.
         let refused = show(&case.store, None)
             .files
@@ -396,6 +416,32 @@ fn logs_changed_after_indexing_are_continued_or_read_again_as_a_full_read_shows_
         append(&replacement, &turn_lines(last, turn + 1));
         std::fs::rename(&replacement, &logs[3]).unwrap();
         case.agree(&index, &format!("{fixture}: replaced"));
+
+        // Its header rewritten (another creation time): listed with the new one.
+        // A log that decodes whole (a torn zstd frame does not).
+        let (log, text) = logs
+            .iter()
+            .skip(4)
+            .find_map(|log| {
+                let bytes = std::fs::read(log).ok()?;
+                let plain = match log.extension().is_some_and(|e| e == "zstd") {
+                    true => zstd::stream::decode_all(&bytes[..]).ok()?,
+                    false => bytes,
+                };
+                Some((log, String::from_utf8(plain).ok()?))
+            })
+            .expect("a log that decodes");
+        let (header, rest) = text.split_once('\n').unwrap();
+        let mut header: serde_json::Value = serde_json::from_str(header).unwrap();
+        let created = header["createdAt"].as_i64().unwrap();
+        header["createdAt"] = (created + 86_400_000).into();
+        let rewritten = format!("{header}\n{rest}");
+        let bytes = match log.extension().is_some_and(|e| e == "zstd") {
+            true => zstd::stream::encode_all(rewritten.as_bytes(), 3).unwrap(),
+            false => rewritten.into_bytes(),
+        };
+        std::fs::write(log, bytes).unwrap();
+        case.agree(&index, &format!("{fixture}: header rewritten"));
     }
 }
 

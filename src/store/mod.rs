@@ -173,6 +173,53 @@ pub enum Checkpoint {
     Busy,
 }
 
+/// What a listing knows of a log file from one `stat`: while it is the same,
+/// the file was not written (the change time moves with every write and
+/// cannot be set), so its header is the one read before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileStamp {
+    /// Device and inode: a replaced file is another file.
+    pub dev: u64,
+    /// The inode number.
+    pub ino: u64,
+    /// The size in bytes.
+    pub size: u64,
+    /// The last modification, in ns since the epoch.
+    pub mtime_ns: i128,
+    /// The last change of data or metadata, in ns since the epoch.
+    pub ctime_ns: i128,
+}
+
+impl FileStamp {
+    /// The stamp of a file's metadata.
+    pub fn of(meta: &std::fs::Metadata) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        FileStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
+/// Headers read by earlier listings, kept by whoever keeps them (the
+/// persistent index), so that a listing reads no header whose log is
+/// unchanged: one `stat` tells.
+pub trait KnownHeaders: Send + Sync {
+    /// The header read from the log at `path` when its stamp was `stamp`.
+    fn header(&self, path: &Path, stamp: &FileStamp) -> Option<SessionHeader>;
+
+    /// Records the header just read from the log at `path`, stamped `stamp`.
+    fn record(&self, path: &Path, stamp: FileStamp, header: &SessionHeader);
+
+    /// A listing of the whole store ended: headers not asked for since the
+    /// keeper last started are of logs that are gone.
+    fn listed_all(&self) {}
+}
+
 /// Receives the stored events of a scan, in seq order.
 pub type EventSink<'a> = dyn FnMut(EventLoc, Scanned) -> Result<(), Refusal> + 'a;
 
@@ -212,6 +259,10 @@ pub trait Catalog {
     fn listing_revision(&self) -> Option<String> {
         None
     }
+
+    /// Where headers read by earlier listings are kept: a store that reads
+    /// one file per header asks there first. Others ignore it.
+    fn remember_headers(&self, _known: std::sync::Arc<dyn KnownHeaders>) {}
 }
 
 /// One session's stored bytes: its header, its events in order, one event

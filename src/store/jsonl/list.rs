@@ -16,7 +16,7 @@ use super::{JsonlStore, MAX_HEADER_BYTES, RAW_NAME, ZSTD_NAME, is_zstd};
 use crate::model::Refusal;
 use crate::model::header::SessionHeader;
 use crate::model::ids::{decode_segment, encode_segment, project_dir};
-use crate::store::{Catalog, Listing, SessionKey, StoredFile, Watched};
+use crate::store::{Catalog, FileStamp, KnownHeaders, Listing, SessionKey, StoredFile, Watched};
 use crate::sync::lock;
 
 /// Session directories listed at a time.
@@ -101,10 +101,29 @@ impl JsonlStore {
         SessionHeader::from_jsonl(&map)
     }
 
+    /// The header of the log at `path`: the one an earlier listing read, while
+    /// the log's stamp is unchanged, else read now.
+    fn listed_header(
+        &self,
+        path: &Path,
+        meta: &std::fs::Metadata,
+    ) -> Result<SessionHeader, String> {
+        let known = self.known_headers.get();
+        let stamp = FileStamp::of(meta);
+        if let Some(header) = known.and_then(|known| known.header(path, &stamp)) {
+            return Ok(header);
+        }
+        let header = self.read_header(path)?;
+        if let Some(known) = known {
+            known.record(path, stamp, &header);
+        }
+        Ok(header)
+    }
+
     /// One session's listing, from its header alone.
     fn listing(&self, segment: &str, path: &Path, meta: &std::fs::Metadata) -> Listing {
         let header = self
-            .read_header(path)
+            .listed_header(path, meta)
             .and_then(|h| self.check_identity(path, &h).map(|_| h));
         let (id, raw_name) = match (&header, decode_segment(segment)) {
             (Ok(h), _) => (h.id.clone(), None),
@@ -209,7 +228,14 @@ impl Catalog for JsonlStore {
         }
         // The first listing decides the encoding of every new session.
         let _ = self.new_encoding.set(kinds.encoding());
+        if let Some(known) = self.known_headers.get() {
+            known.listed_all();
+        }
         Ok(())
+    }
+
+    fn remember_headers(&self, known: std::sync::Arc<dyn KnownHeaders>) {
+        let _ = self.known_headers.set(known);
     }
 
     fn listing_revision(&self) -> Option<String> {

@@ -51,6 +51,8 @@ pub struct JsonlStore {
     without_log: Mutex<Vec<PathBuf>>,
     /// The encoding of new sessions, chosen by the first listing.
     new_encoding: OnceLock<Encoding>,
+    /// Headers earlier listings read (the persistent index), when kept.
+    known_headers: OnceLock<std::sync::Arc<dyn crate::store::KnownHeaders>>,
 }
 
 fn is_zstd(path: &Path) -> bool {
@@ -104,6 +106,7 @@ impl JsonlStore {
             frame_cache: Mutex::new(None),
             without_log: Mutex::default(),
             new_encoding: OnceLock::new(),
+            known_headers: OnceLock::new(),
         })
     }
 
