@@ -39,9 +39,13 @@ impl FuseAdapter {
         FuseAdapter { fs, ttl, store }
     }
 
-    /// How long the kernel may cache a node's attributes.
+    /// How long the kernel may cache a node's attributes. A transcript only
+    /// grows within its inode, and its growth is announced while its session
+    /// is followed (`notify`): its attributes may be cached, so that a reader
+    /// is not asked for them again before each `read` (grep over every
+    /// transcript made 40 GETATTRs per file). Other rewritable files are not.
     fn attr_ttl(&self, ino: u64) -> Duration {
-        if crate::fs::is_rewritable(ino) {
+        if crate::fs::is_rewritable(ino) && !crate::fs::is_paged(ino) {
             Duration::ZERO
         } else {
             self.entry_ttl(ino)
