@@ -658,3 +658,90 @@ fn the_least_recently_used_files_go_beyond_the_bound() {
     assert!(kept <= bound, "{kept} bytes kept, bound {bound}");
     assert!(kept > 0, "everything was evicted");
 }
+
+/// A keeper that hands out the bytes it was given, or `replay` in their place.
+#[derive(Debug, Default)]
+struct Recorder {
+    saved: std::sync::Mutex<Option<Vec<u8>>>,
+    replay: std::sync::Mutex<Option<Vec<u8>>>,
+}
+
+impl SavedScans for Recorder {
+    fn load(&self, _key: &SessionKey) -> Option<Vec<u8>> {
+        self.replay.lock().unwrap().clone()
+    }
+    fn save(&self, _key: &SessionKey, bytes: Vec<u8>) {
+        *self.saved.lock().unwrap() = Some(bytes);
+    }
+}
+
+#[test]
+fn damaged_saved_scans_never_panic_a_view_open() {
+    use sessionfs::view::{FileId, SessionSource, SessionView};
+    let case = Case::new("stores/jsonl");
+    let backend: Arc<dyn Backend> = Arc::from(store::open(&case.store).unwrap());
+    let listing = backend
+        .list()
+        .into_iter()
+        .find(|l| l.id == "pipeline-compaction")
+        .expect("fixture session");
+    let recorder = Arc::new(Recorder::default());
+    let open = |recorder: &Arc<Recorder>| {
+        let source = SessionSource::new(backend.clone(), listing.key.clone());
+        let saved = recorder.clone() as Arc<dyn SavedScans>;
+        SessionView::open(source, &listing.id, None, Duration::ZERO, None, Some(saved))
+    };
+    let mut whole = open(&recorder);
+    let payload = recorder
+        .saved
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("a saved scan");
+    let want = whole.file(FileId::Surface).unwrap().unwrap().bytes.to_vec();
+    // The bytes as saved read back to the same view.
+    *recorder.replay.lock().unwrap() = Some(payload.clone());
+    let mut again = open(&recorder);
+    assert_eq!(
+        again.file(FileId::Surface).unwrap().unwrap().bytes.to_vec(),
+        want
+    );
+    // Damaged ones (the file's checksum aside) are refused or read, never a panic.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for trial in 0..3000 {
+        let mut bytes = payload.clone();
+        match trial % 3 {
+            0 => bytes.truncate((next() % payload.len() as u64) as usize),
+            1 => {
+                for _ in 0..1 + next() % 4 {
+                    let at = (next() % bytes.len() as u64) as usize;
+                    bytes[at] = next() as u8;
+                }
+            }
+            _ => {
+                let at = (next() % bytes.len() as u64) as usize;
+                bytes.insert(at, next() as u8);
+            }
+        }
+        *recorder.replay.lock().unwrap() = Some(bytes);
+        let mut view = open(&recorder);
+        for which in [
+            FileId::Header,
+            FileId::Surface,
+            FileId::Transcript,
+            FileId::Index,
+        ] {
+            let _ = view.file(which);
+        }
+        for seq in 0..view.event_count().min(50) {
+            let _ = view.file_size(FileId::Event(seq));
+            let _ = view.file(FileId::Event(seq));
+        }
+    }
+}
