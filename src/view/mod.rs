@@ -13,6 +13,7 @@ mod steps;
 
 pub use index::Indexed;
 pub use progress::ScanProgress;
+use saved::Saved;
 pub use saved::SavedScans;
 pub use steps::CallFile;
 
@@ -108,6 +109,16 @@ pub struct SpilledTranscript {
     pub mtime: SystemTime,
     /// The transcript's bytes, for the kernel's page cache.
     pub bytes: Bytes,
+}
+
+/// What a saved scan gives a rebuild.
+enum Resumed {
+    /// A scan of the log as it is now.
+    Unchanged(Box<Indexed>),
+    /// A scan of the log before it grew, to continue.
+    Grown(Box<Indexed>),
+    /// The log, unchanged, cannot be read, for this reason.
+    Refused(Refusal),
 }
 
 /// Why a session is shown without its derived views.
@@ -290,7 +301,21 @@ impl SessionView {
                 }));
             }
         };
-        if let Some(mut resumed) = self.resume(&header) {
+        let resumed = match self.resume(&header) {
+            Some(Resumed::Refused(reason)) => {
+                return State::Unreadable(Box::new(Unreadable {
+                    header: Some(header),
+                    reason,
+                    external: false,
+                }));
+            }
+            // Of these very bytes: nothing to read (a torn tail's recovered
+            // events are in it already, and reading on would repeat them).
+            Some(Resumed::Unchanged(resumed)) => return State::Indexed(resumed),
+            Some(Resumed::Grown(resumed)) => Some(resumed),
+            None => None,
+        };
+        if let Some(mut resumed) = resumed {
             let from = resumed.point.clone();
             match resumed.extend(&self.source, progress) {
                 Ok(()) => {
@@ -318,6 +343,7 @@ impl SessionView {
             }
             Err(reason) => {
                 let reason = with_location(reason, &self.source.key);
+                self.keep_refusal(&indexed.header, &reason);
                 State::Unreadable(Box::new(Unreadable {
                     header: Some(indexed.header),
                     reason,
@@ -330,12 +356,22 @@ impl SessionView {
     /// The saved scan of this session, when one is kept and can be trusted:
     /// taken of the log as it is now, or of the same log before it grew (the
     /// bytes before its scan point digest the same).
-    fn resume(&self, header: &SessionHeader) -> Option<Box<Indexed>> {
+    fn resume(&self, header: &SessionHeader) -> Option<Resumed> {
         let saved = self.saved.as_ref()?;
         let revision = self.revision.as_ref()?;
         let key = &self.source.key;
         let loaded = match saved::load(&saved.load(key)?, &self.id, header) {
-            Ok(loaded) => loaded,
+            Ok(Saved::Scan(loaded)) => loaded,
+            // A refusal holds only for the very bytes it was made of.
+            Ok(Saved::Refused {
+                revision: of,
+                reason,
+            }) => {
+                return (of == *revision).then(|| {
+                    log::debug!("session {:?}: refused as when it was saved", self.id);
+                    Resumed::Refused(reason)
+                });
+            }
             Err(why) => {
                 log::debug!("session {:?}: saved scan not used: {why}", self.id);
                 return None;
@@ -360,7 +396,21 @@ impl SessionView {
             self.id,
             loaded.indexed.point.events
         );
-        Some(loaded.indexed)
+        Some(match unchanged {
+            true => Resumed::Unchanged(loaded.indexed),
+            false => Resumed::Grown(loaded.indexed),
+        })
+    }
+
+    /// Saves why the log cannot be read, so that the next mount need not read
+    /// it up to there again while it is unchanged.
+    fn keep_refusal(&self, header: &SessionHeader, reason: &Refusal) {
+        let (Some(saved), Some(revision)) = (&self.saved, &self.revision) else {
+            return;
+        };
+        if let Some(bytes) = saved::save_refusal(&self.id, revision, header, reason) {
+            saved.save(&self.source.key, bytes);
+        }
     }
 
     /// Saves the scan when it went on past what was saved of it: called as

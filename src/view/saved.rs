@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::index::{EventMeta, Indexed};
 use crate::bytes::Bytes;
+use crate::model::Refusal;
 use crate::model::fold::SessionFold;
 use crate::model::header::SessionHeader;
 use crate::model::steps::StepScan;
@@ -32,7 +33,23 @@ pub trait SavedScans: Send + Sync + std::fmt::Debug {
 
 /// Bumped whenever the layout below or any saved type changes: bytes of
 /// another version are not read.
-const LAYOUT: u32 = 1;
+const LAYOUT: u32 = 2;
+
+/// After the layout: what follows is a scan.
+const SCAN: u8 = 0;
+/// After the layout: what follows is why the log cannot be read.
+const REFUSAL: u8 = 1;
+
+/// Why a log cannot be read, as saved: only a verdict on its content (damage,
+/// or a format this build does not read), never a store unavailable now.
+#[derive(Serialize, Deserialize)]
+struct SavedRefusal {
+    id: String,
+    revision: String,
+    header: SessionHeader,
+    unsupported: bool,
+    message: String,
+}
 
 /// The scan's facts, as saved (borrowed) and as read back (owned).
 #[derive(Serialize)]
@@ -91,6 +108,7 @@ pub(super) fn save(
     let transcript = indexed.transcript.shared();
     let mut out = Vec::with_capacity(facts.len() + transcript.len() + indexed.events.len() * 8);
     out.extend_from_slice(&LAYOUT.to_le_bytes());
+    out.push(SCAN);
     put_varint(&mut out, facts.len() as u64);
     out.extend_from_slice(&facts);
     put_varint(&mut out, transcript.len() as u64);
@@ -101,6 +119,40 @@ pub(super) fn save(
     Ok(out)
 }
 
+/// The bytes that save why session `id`, whose log is at `revision`, cannot
+/// be read; `None` for a store that cannot be read now, which is no verdict.
+pub(super) fn save_refusal(
+    id: &str,
+    revision: &Revision,
+    header: &SessionHeader,
+    reason: &Refusal,
+) -> Option<Vec<u8>> {
+    let (unsupported, message) = match reason {
+        Refusal::Unsupported(m) => (true, m),
+        Refusal::Corrupt(m) => (false, m),
+        Refusal::Unavailable { .. } => return None,
+    };
+    let saved = SavedRefusal {
+        id: id.to_string(),
+        revision: revision.0.clone(),
+        header: header.clone(),
+        unsupported,
+        message: message.clone(),
+    };
+    let mut out = LAYOUT.to_le_bytes().to_vec();
+    out.push(REFUSAL);
+    out.extend(serde_json::to_vec(&saved).ok()?);
+    Some(out)
+}
+
+/// What was saved of a session, read back.
+pub(super) enum Saved {
+    /// Its scan, with what it was taken of.
+    Scan(Loaded),
+    /// Why its log, at `revision`, cannot be read.
+    Refused { revision: Revision, reason: Refusal },
+}
+
 /// A saved scan read back, with what it was taken of.
 pub(super) struct Loaded {
     pub indexed: Box<Indexed>,
@@ -108,14 +160,37 @@ pub(super) struct Loaded {
     pub digest: Option<u64>,
 }
 
-/// Reads back a scan of session `id` saved by [`save`], when the bytes are
-/// whole, of this layout, and of that session with that header.
-pub(super) fn load(bytes: &[u8], id: &str, header: &SessionHeader) -> Result<Loaded, String> {
+/// Reads back what [`save`] or [`save_refusal`] saved of session `id`, when
+/// the bytes are whole, of this layout, and of that session with that header.
+pub(super) fn load(bytes: &[u8], id: &str, header: &SessionHeader) -> Result<Saved, String> {
     let mut input = Reader { bytes, at: 0 };
     let layout = input.take(4)?;
     if layout != LAYOUT.to_le_bytes() {
         return Err("saved by another version of sessionfs".into());
     }
+    match input.take(1)? {
+        [SCAN] => load_scan(input, id, header).map(Saved::Scan),
+        [REFUSAL] => {
+            let saved: SavedRefusal =
+                serde_json::from_slice(&bytes[input.at..]).map_err(|e| format!("refusal: {e}"))?;
+            if saved.id != id || saved.header != *header {
+                return Err("saved for another session or header".into());
+            }
+            let reason = match saved.unsupported {
+                true => Refusal::Unsupported(saved.message),
+                false => Refusal::Corrupt(saved.message),
+            };
+            Ok(Saved::Refused {
+                revision: Revision(saved.revision),
+                reason,
+            })
+        }
+        _ => Err("neither a scan nor a refusal".into()),
+    }
+}
+
+fn load_scan(mut input: Reader, id: &str, header: &SessionHeader) -> Result<Loaded, String> {
+    let bytes = input.bytes;
     let facts_len = input.varint()?;
     let facts: Facts =
         serde_json::from_slice(input.take(facts_len)?).map_err(|e| format!("facts: {e}"))?;
@@ -128,8 +203,10 @@ pub(super) fn load(bytes: &[u8], id: &str, header: &SessionHeader) -> Result<Loa
     if input.at != bytes.len() {
         return Err("bytes after the end".into());
     }
-    if events.len() as u64 > facts.point.events {
-        return Err("more events than the scan point counts".into());
+    // A scan that can be continued kept exactly the events before its point
+    // (one that folded a torn tail's recovered events kept more).
+    if facts.resumable != (events.len() as u64 == facts.point.events) {
+        return Err("its events disagree with its scan point".into());
     }
     let type_parts = facts
         .types
