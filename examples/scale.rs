@@ -214,6 +214,13 @@ struct Row {
     idle: Option<(f64, f64)>,
 }
 
+/// The fastest of three runs of a shell script.
+fn best_of_3(script: &str) -> f64 {
+    (0..3)
+        .map(|_| time_sh(script).0)
+        .fold(f64::INFINITY, f64::min)
+}
+
 fn measure(options: &Options, binary: &Path, size: usize) -> Row {
     let root = generate(&options.dir, size);
     let all = logs(&root);
@@ -227,29 +234,16 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
             .join("\n"),
     )
     .expect("list");
-    let floor = (0..3)
-        .map(|_| {
-            time_sh(&format!(
-                "xargs -P2 -n 2000 head -qn1 < {} > /dev/null",
-                quote(&list_file)
-            ))
-            .0
-        })
-        .fold(f64::INFINITY, f64::min);
+    let floor = best_of_3(&format!(
+        "xargs -P2 -n 2000 head -qn1 < {} > /dev/null",
+        quote(&list_file)
+    ));
     let names = names_dir(&options.dir, size);
-    let tmpfs_ls = (0..3)
-        .map(|_| time_sh(&format!("ls {} | wc -l", quote(&names))).0)
-        .fold(f64::INFINITY, f64::min);
-
-    let stat_floor = (0..3)
-        .map(|_| {
-            time_sh(&format!(
-                "find {} -name 'session.jsonl*' -printf '%s %T@\\n' > /dev/null",
-                quote(&root)
-            ))
-            .0
-        })
-        .fold(f64::INFINITY, f64::min);
+    let tmpfs_ls = best_of_3(&format!("ls {} | wc -l", quote(&names)));
+    let stat_floor = best_of_3(&format!(
+        "find {} -name 'session.jsonl*' -printf '%s %T@\\n' > /dev/null",
+        quote(&root)
+    ));
 
     let mnt = options.dir.join("mnt");
     let log = options.dir.join("sessionfs.log");
@@ -263,9 +257,7 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
     // and every session.
     assert_eq!(listed, size + 6, "ls -l listed {listed} lines");
     let rss_bytes = mount.peak_rss();
-    let warm_ls = (0..3)
-        .map(|_| time_sh(&format!("ls {} | wc -l", quote(&mnt))).0)
-        .fold(f64::INFINITY, f64::min);
+    let warm_ls = best_of_3(&format!("ls {} | wc -l", quote(&mnt)));
 
     // The root's lists: `ls by-project/*` lists every session once more.
     let by_project_ls = format!("ls {}/by-project/* | wc -l", quote(&mnt));
@@ -278,9 +270,7 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
         size + 3 * PROJECTS - 1,
         "ls by-project/* listed {linked} lines"
     );
-    let by_project = (0..3)
-        .map(|_| time_sh(&by_project_ls).0)
-        .fold(f64::INFINITY, f64::min);
+    let by_project = best_of_3(&by_project_ls);
     let catalog_path = mnt.join("sessions.jsonl");
     let (catalog, _) = time_sh(&format!("cat {} > /dev/null", quote(&catalog_path)));
     let catalog_bytes = fs::metadata(&catalog_path).map_or(0, |m| m.len());
@@ -289,9 +279,7 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
     // The same 1,000 sessions (evenly spread), read once to warm, then timed.
     let cat = cat_script(&options.dir, &mnt, size, CATS, "cats");
     time_sh(&cat);
-    let cats = (0..3)
-        .map(|_| time_sh(&cat).0)
-        .fold(f64::INFINITY, f64::min);
+    let cats = best_of_3(&cat);
 
     let idle = (size >= 10_000).then(|| {
         time_sh(&cat_script(&options.dir, &mnt, size, 10_000, "read"));

@@ -243,9 +243,20 @@ impl Catalog for JsonlStore {
         // (a session directory made or removed); a log linked into a directory
         // that had none changes that directory. So this costs a stat per project
         // and per directory seen without a log, not one per session.
+        //
+        // A directory changed in the last two seconds is not trusted to show
+        // a second change: a file system with times in whole seconds (sshfs)
+        // gives a session made and removed within one second the same mtime.
+        // While one is that recent, every revision differs ("racy git").
+        static RACY: AtomicUsize = AtomicUsize::new(0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
         let mut revision = String::new();
+        let mut racy = false;
         let mut add = |path: &Path| {
             let meta = std::fs::symlink_metadata(path).ok()?;
+            racy |= meta.mtime() >= now - 2;
             revision.push_str(&format!("{}.{};", meta.mtime(), meta.mtime_nsec()));
             Some(())
         };
@@ -255,6 +266,9 @@ impl Catalog for JsonlStore {
         }
         for dir in lock(&self.without_log).iter() {
             add(dir)?;
+        }
+        if racy {
+            revision.push_str(&format!("racy {}", RACY.fetch_add(1, Ordering::Relaxed)));
         }
         Some(revision)
     }
@@ -371,6 +385,25 @@ mod tests {
         std::fs::write(home.join(RAW_NAME), format!("{header}\n")).unwrap();
         assert_eq!(store.list().len(), 1);
         assert!(store.awaiting_dirs().is_empty());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_directory_changed_in_the_last_seconds_is_not_trusted_to_show_the_next_change() {
+        let root = std::env::temp_dir().join(format!("sessionfs-racy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let project = root.join("_no-cwd");
+        std::fs::create_dir_all(&project).unwrap();
+        let store = JsonlStore::open(&root).unwrap();
+        // Just made: two revisions differ, so a change within the same
+        // second (on a file system with whole-second times) is not missed.
+        assert_ne!(store.listing_revision(), store.listing_revision());
+        // Older: the revision holds while nothing changes.
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        for dir in [&root, &project] {
+            std::fs::File::open(dir).unwrap().set_modified(old).unwrap();
+        }
+        assert_eq!(store.listing_revision(), store.listing_revision());
         std::fs::remove_dir_all(&root).unwrap();
     }
 }
