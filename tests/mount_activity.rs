@@ -97,11 +97,15 @@ fn crash_view_shown(dir: &Path) -> bool {
         && closers_shown(dir).len() == 5
 }
 
-/// Reads `status`, checking that stat gives its exact size.
+/// Reads `status`, checking that stat gives its exact size. Both go through
+/// one descriptor: a `stat` of the path and a later read of it may meet two
+/// versions, when the status changes between them (a new inode each).
 fn status(dir: &Path) -> String {
-    let path = dir.join("status");
-    let size = std::fs::metadata(&path).expect("stat status").len();
-    let text = std::fs::read_to_string(&path).expect("read status");
+    use std::io::Read;
+    let mut file = std::fs::File::open(dir.join("status")).expect("open status");
+    let size = file.metadata().expect("stat status").len();
+    let mut text = String::new();
+    file.read_to_string(&mut text).expect("read status");
     assert_eq!(
         size,
         text.len() as u64,
