@@ -13,6 +13,9 @@
 //! It also keeps the headers listings read, each with the stamp of its log
 //! (one `stat`), so that a remount lists an unchanged store without opening
 //! a log ([`KnownHeaders`]).
+//!
+//! Lock order: a view's lock (a save is made under it), then `queue`, then
+//! `pending`; `headers` is taken alone.
 
 use std::collections::HashMap;
 use std::fs::{DirBuilder, File, OpenOptions};
@@ -33,7 +36,7 @@ use crate::view::SavedScans;
 /// The bound on one store's index when `-o index_max=` does not set one.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 
-/// Starts every index file; the last two bytes are the envelope's version.
+/// Starts every index file; its last byte is the envelope's version.
 const MAGIC: &[u8; 8] = b"SFSINDX\x01";
 
 /// How many saves may wait for the writer thread; more are dropped (a
@@ -248,16 +251,10 @@ impl PersistentIndex {
 
 /// The table of known headers as [`PersistentIndex::save_headers`] wrote it.
 fn read_headers(mut bytes: &[u8]) -> Option<HashMap<u64, Known>> {
-    let mut take = |n: usize| {
-        let (taken, rest) = bytes.split_at_checked(n)?;
-        bytes = rest;
-        Some(taken)
-    };
     let mut table = HashMap::new();
-    loop {
-        let Some(fixed) = take(4 * 8 + 2 * 16 + 4) else {
-            return Some(table);
-        };
+    while !bytes.is_empty() {
+        let (fixed, rest) = bytes.split_at_checked(4 * 8 + 2 * 16 + 4)?;
+        bytes = rest;
         let word = |at: usize| u64::from_le_bytes(fixed[at..at + 8].try_into().unwrap_or_default());
         let time =
             |at: usize| i128::from_le_bytes(fixed[at..at + 16].try_into().unwrap_or_default());
@@ -269,7 +266,9 @@ fn read_headers(mut bytes: &[u8]) -> Option<HashMap<u64, Known>> {
             mtime_ns: time(32),
             ctime_ns: time(48),
         };
-        let header = take(len)?.into();
+        let (header, rest) = bytes.split_at_checked(len)?;
+        bytes = rest;
+        let header = header.into();
         table.insert(
             word(0),
             Known {
@@ -279,6 +278,7 @@ fn read_headers(mut bytes: &[u8]) -> Option<HashMap<u64, Known>> {
             },
         );
     }
+    Some(table)
 }
 
 impl Drop for PersistentIndex {

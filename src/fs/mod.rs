@@ -37,7 +37,9 @@
 //!    own lock is taken and awaited with no other lock held, but by the scan
 //!    under its view) and `checked`; `Views`' slot list, `lru`, `stale` and
 //!    spill queue; `Sessions::removed`; the fork logs; the handle table; the
-//!    follow state's watches.
+//!    follow state's watches. The persistent index's locks are leaves too,
+//!    taken under a view (a scan saved) or the listing (headers known): its
+//!    save queue, then its pending count; its header table alone.
 
 #![warn(missing_docs)]
 
