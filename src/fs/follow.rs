@@ -317,6 +317,6 @@ pub struct Round {
     /// The store's data files were written (SQLite), which may have added a
     /// session.
     pub data_changed: bool,
-    /// A round asked to look at the store's data again ([`Follow::recheck_data`]).
+    /// A round asked to look at the store's data again (`Follow::recheck_data`).
     pub data_recheck: bool,
 }

@@ -196,9 +196,9 @@ pub struct EntryPlus {
 }
 
 /// The filesystem model the adapter drives: one call per kernel request. A
-/// façade over owned subsystems: the sessions shown ([`sessions`]), their
-/// loaded views ([`views`]), the control files' state ([`control`]), open
-/// files ([`handles`]) and the write-behind of fork children ([`writeback`]).
+/// façade over owned subsystems: the sessions shown (`sessions`), their
+/// loaded views (`views`), the control files' state (`control`), open
+/// files (`handles`) and the write-behind of fork children ([`writeback`]).
 pub struct SessionFs {
     /// Itself, for the threads it starts (a session built in the background).
     this: Weak<SessionFs>,
