@@ -39,9 +39,12 @@ pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 /// Starts every index file; its last byte is the envelope's version.
 const MAGIC: &[u8; 8] = b"SFSINDX\x01";
 
-/// How many saves may wait for the writer thread; more are dropped (a
-/// missed save costs the next mount a full read, nothing else).
+/// How many saves may wait for the writer thread, and how many bytes they
+/// may hold together (one save of any size is taken): more are dropped, as a
+/// missed save costs the next mount a full read and nothing else, and a queue
+/// of huge transcripts would cost memory.
 const QUEUED_SAVES: usize = 8;
+const QUEUED_BYTES: usize = 64 << 20;
 
 /// The most plaintext an index file may hold: more is a damaged header.
 const MAX_PLAINTEXT: u64 = 4 << 30;
@@ -97,7 +100,7 @@ struct Shared {
     used: AtomicU64,
     counted: AtomicBool,
     /// Saves queued or being written, for [`PersistentIndex::wait_idle`].
-    pending: Mutex<usize>,
+    pending: Mutex<Pending>,
     idle: Condvar,
     /// A failure to write is said once per mount, not once per session.
     warned: AtomicBool,
@@ -106,6 +109,13 @@ struct Shared {
 struct Save {
     key: String,
     bytes: Vec<u8>,
+}
+
+/// Saves queued or being written, and the bytes they hold.
+#[derive(Debug, Default)]
+struct Pending {
+    saves: usize,
+    bytes: usize,
 }
 
 impl PersistentIndex {
@@ -146,7 +156,7 @@ impl PersistentIndex {
             max_bytes,
             used: AtomicU64::new(0),
             counted: AtomicBool::new(false),
-            pending: Mutex::new(0),
+            pending: Mutex::default(),
             idle: Condvar::new(),
             warned: AtomicBool::new(false),
         });
@@ -199,14 +209,15 @@ impl PersistentIndex {
         };
         let queue = lock(&self.queue);
         if let Some(queue) = queue.as_ref() {
-            *lock(&self.shared.pending) += 1;
+            let len = bytes.len();
+            self.shared.admit(len, true);
             let save = Save {
                 key: HEADERS_KEY.into(),
                 bytes,
             };
             // The mount is ending: this save waits for room rather than being dropped.
             if queue.send(save).is_err() {
-                self.shared.done();
+                self.shared.done(len);
             }
         }
     }
@@ -219,7 +230,7 @@ impl PersistentIndex {
     /// Blocks until every save queued so far is written (or failed).
     pub fn wait_idle(&self) {
         let mut pending = lock(&self.shared.pending);
-        while *pending > 0 {
+        while pending.saves > 0 {
             pending = self
                 .shared
                 .idle
@@ -348,16 +359,15 @@ impl SavedScans for PersistentIndex {
         let Some(queue) = queue.as_ref() else {
             return;
         };
-        *lock(&self.shared.pending) += 1;
-        let save = Save {
-            key: key.describe(),
-            bytes,
-        };
+        let (key, len) = (key.describe(), bytes.len());
+        if !self.shared.admit(len, false) {
+            return log::debug!("index busy: the scan of {key} is not saved");
+        }
         if let Err(TrySendError::Full(save) | TrySendError::Disconnected(save)) =
-            queue.try_send(save)
+            queue.try_send(Save { key, bytes })
         {
             log::debug!("index busy: the scan of {} is not saved", save.key);
-            self.shared.done();
+            self.shared.done(len);
         }
     }
 }
@@ -373,10 +383,24 @@ impl Shared {
             .join(format!("{:016x}.idx", Fnv::of(key.as_bytes())))
     }
 
-    fn done(&self) {
+    /// Counts a save of `len` bytes as pending, unless the queue holds too
+    /// much already (`always`: the mount is ending, and it waits its turn).
+    fn admit(&self, len: usize, always: bool) -> bool {
         let mut pending = lock(&self.pending);
-        *pending = pending.saturating_sub(1);
-        if *pending == 0 {
+        if !always && pending.saves > 0 && pending.bytes + len > QUEUED_BYTES {
+            return false;
+        }
+        pending.saves += 1;
+        pending.bytes += len;
+        true
+    }
+
+    /// A save of `len` bytes was written, or failed.
+    fn done(&self, len: usize) {
+        let mut pending = lock(&self.pending);
+        pending.saves = pending.saves.saturating_sub(1);
+        pending.bytes = pending.bytes.saturating_sub(len);
+        if pending.saves == 0 {
             self.idle.notify_all();
         }
     }
@@ -442,7 +466,7 @@ impl Shared {
                     self.dir.display()
                 );
             }
-            self.done();
+            self.done(save.bytes.len());
         }
     }
 
@@ -556,4 +580,35 @@ fn split_envelope(plain: &[u8]) -> Option<(Envelope, &[u8])> {
     let len = u32::from_le_bytes(plain.get(..4)?.try_into().ok()?) as usize;
     let envelope = serde_json::from_slice(plain.get(4..4 + len)?).ok()?;
     Some((envelope, &plain[4 + len..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queue_takes_one_save_of_any_size_and_then_only_what_fits() {
+        let base = std::env::temp_dir().join(format!("sessionfs-queue-{}", std::process::id()));
+        let index = PersistentIndex::open(&base, Path::new("/nonexistent-store"), 1 << 30).unwrap();
+        let shared = &index.shared;
+        assert!(
+            shared.admit(QUEUED_BYTES * 2, false),
+            "a lone save is taken whatever its size"
+        );
+        assert!(!shared.admit(1, false), "nothing more fits");
+        assert!(
+            shared.admit(1, true),
+            "the save as the mount ends waits its turn"
+        );
+        shared.done(1);
+        shared.done(QUEUED_BYTES * 2);
+        assert!(shared.admit(QUEUED_BYTES / 2, false));
+        assert!(shared.admit(QUEUED_BYTES / 2, false));
+        assert!(!shared.admit(1, false));
+        shared.done(QUEUED_BYTES / 2);
+        shared.done(QUEUED_BYTES / 2);
+        index.wait_idle();
+        drop(index);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 }
