@@ -207,18 +207,32 @@ impl PersistentIndex {
             }
             out
         };
+        // The mount is ending: this save waits for room rather than being dropped.
+        self.enqueue(HEADERS_KEY.into(), bytes, true);
+    }
+
+    /// Hands `bytes` to the writer thread, to be kept under `key`. A save is
+    /// dropped when the queue is full, unless `ending` (the mount is ending:
+    /// it waits its turn).
+    fn enqueue(&self, key: String, bytes: Vec<u8>, ending: bool) {
         let queue = lock(&self.queue);
-        if let Some(queue) = queue.as_ref() {
-            let len = bytes.len();
-            self.shared.admit(len, true);
-            let save = Save {
-                key: HEADERS_KEY.into(),
-                bytes,
-            };
-            // The mount is ending: this save waits for room rather than being dropped.
-            if queue.send(save).is_err() {
-                self.shared.done(len);
-            }
+        let Some(queue) = queue.as_ref() else {
+            return;
+        };
+        let len = bytes.len();
+        if !self.shared.admit(len, ending) {
+            return log::debug!("index busy: {key} is not saved");
+        }
+        let save = Save { key, bytes };
+        let sent = match ending {
+            true => queue.send(save).map_err(|e| e.0),
+            false => queue.try_send(save).map_err(|e| match e {
+                TrySendError::Full(save) | TrySendError::Disconnected(save) => save,
+            }),
+        };
+        if let Err(save) = sent {
+            log::debug!("index busy: {} is not saved", save.key);
+            self.shared.done(len);
         }
     }
 
@@ -304,13 +318,15 @@ impl Drop for PersistentIndex {
 
 impl KnownHeaders for PersistentIndex {
     fn header(&self, path: &Path, stamp: &FileStamp) -> Option<SessionHeader> {
-        let mut headers = self.headers();
-        let known = headers.table.get_mut(&path_digest(path))?;
-        known.seen = true;
-        if known.stamp != *stamp {
-            return None;
-        }
-        let header = serde_json::from_slice(&known.header).ok()?;
+        let digest = path_digest(path);
+        // Parsed after the table is let go: every listing thread asks it.
+        let json = {
+            let mut headers = self.headers();
+            let known = headers.table.get_mut(&digest)?;
+            known.seen = true;
+            (known.stamp == *stamp).then(|| known.header.clone())?
+        };
+        let header = serde_json::from_slice(&json).ok()?;
         self.headers_known.fetch_add(1, Ordering::Relaxed);
         Some(header)
     }
@@ -355,20 +371,7 @@ impl SavedScans for PersistentIndex {
     }
 
     fn save(&self, key: &SessionKey, bytes: Vec<u8>) {
-        let queue = lock(&self.queue);
-        let Some(queue) = queue.as_ref() else {
-            return;
-        };
-        let (key, len) = (key.describe(), bytes.len());
-        if !self.shared.admit(len, false) {
-            return log::debug!("index busy: the scan of {key} is not saved");
-        }
-        if let Err(TrySendError::Full(save) | TrySendError::Disconnected(save)) =
-            queue.try_send(Save { key, bytes })
-        {
-            log::debug!("index busy: the scan of {} is not saved", save.key);
-            self.shared.done(len);
-        }
+        self.enqueue(key.describe(), bytes, false);
     }
 }
 
@@ -384,10 +387,10 @@ impl Shared {
     }
 
     /// Counts a save of `len` bytes as pending, unless the queue holds too
-    /// much already (`always`: the mount is ending, and it waits its turn).
-    fn admit(&self, len: usize, always: bool) -> bool {
+    /// much already (`ending`: the mount is ending, and it waits its turn).
+    fn admit(&self, len: usize, ending: bool) -> bool {
         let mut pending = lock(&self.pending);
-        if !always && pending.saves > 0 && pending.bytes + len > QUEUED_BYTES {
+        if !ending && pending.saves > 0 && pending.bytes + len > QUEUED_BYTES {
             return false;
         }
         pending.saves += 1;
@@ -442,17 +445,19 @@ impl Shared {
             .flatten()
             .filter(|size| *size <= MAX_PLAINTEXT)
             .ok_or_else(|| unusable("its frame does not say a plausible size".into()))?;
-        let plain = zstd::bulk::decompress(&compressed, size as usize)
+        let mut plain = zstd::bulk::decompress(&compressed, size as usize)
             .map_err(|e| unusable(format!("damaged: {e}")))?;
-        let (envelope, payload) =
-            split_envelope(&plain).ok_or_else(|| unusable("damaged".into()))?;
+        let (envelope, payload_at) =
+            read_envelope(&plain).ok_or_else(|| unusable("damaged".into()))?;
         if envelope.store != self.store || envelope.key != key {
             return Err(unusable(format!(
                 "written for {} in store {}",
                 envelope.key, envelope.store
             )));
         }
-        Ok(payload.to_vec())
+        // The payload moved to the front of the buffer, not copied out of it.
+        plain.drain(..payload_at);
+        Ok(plain)
     }
 
     fn write_all(&self, saves: Receiver<Save>) {
@@ -576,10 +581,12 @@ struct Envelope {
     key: String,
 }
 
-fn split_envelope(plain: &[u8]) -> Option<(Envelope, &[u8])> {
+/// The envelope at the start of an index file's plaintext, and where the
+/// payload after it starts.
+fn read_envelope(plain: &[u8]) -> Option<(Envelope, usize)> {
     let len = u32::from_le_bytes(plain.get(..4)?.try_into().ok()?) as usize;
     let envelope = serde_json::from_slice(plain.get(4..4 + len)?).ok()?;
-    Some((envelope, &plain[4 + len..]))
+    Some((envelope, 4 + len))
 }
 
 #[cfg(test)]

@@ -283,6 +283,17 @@ fn a_remount_with_the_index_shows_every_fixture_file_as_a_full_read_and_reads_no
     for fixture in STORES {
         let case = Case::new(fixture);
         let index = case.index();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(index.dir()).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o777,
+            0o700,
+            "{fixture}: the index directory is the user's alone"
+        );
+        assert!(
+            !index.dir().starts_with(&case.store),
+            "{fixture}: the index is in the store"
+        );
         let first = case.agree(&index, &format!("{fixture}, first mount"));
         assert!(first > 0, "{fixture}: the first mount read no event");
         let known = index.headers_known();

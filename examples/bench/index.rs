@@ -13,12 +13,13 @@ use std::path::Path;
 use crate::Bench;
 use crate::checks::{expect_readable, timed};
 use crate::follow::{Appender, fresh_copy};
-use crate::large::ls_cost;
+use crate::large::{ls_cost, zstd_floor};
 use crate::mount::{quote, time_sh};
+use crate::search::tree_bytes;
 use crate::table::{MIB, Row, human, info_row, secs, time_row, yes};
 use crate::write::{self, Enc, Encoders, SessionSpec, Store};
 
-/// The bound on a remount's tail, middle-event and growth reads.
+/// The bound on a remount's tail and middle-event reads.
 const QUICK: f64 = 0.150;
 
 pub fn figure(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &mut Vec<String>) {
@@ -26,11 +27,7 @@ pub fn figure(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &mut
     let name = spec.mount_name();
     let events = store.stats_of(&spec.id).events;
     let listing = ls_cost(&bench.options.dir, events);
-    bench.cold();
-    let (zstd, _) = time_sh(&format!(
-        "zstd -dc --no-asyncio {} > /dev/null",
-        quote(&spec.artifact(&store.root(Enc::Zstd), Enc::Zstd))
-    ));
+    let zstd = zstd_floor(bench, store, spec);
     for enc in bench.options.encodings.clone() {
         let e = enc.name();
         let index = bench.options.dir.join("index-dir");
@@ -169,17 +166,4 @@ fn grow(spec: &SessionSpec, store: &Path, enc: Enc, events: u64, count: u64) -> 
         appender.append(&mut encoders, &batch);
     }
     appended
-}
-
-fn tree_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => tree_bytes(&e.path()),
-            _ => e.metadata().map_or(0, |m| m.len()),
-        })
-        .sum()
 }

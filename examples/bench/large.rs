@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::checks::{expect_readable, timed};
 use crate::mount::{quote, time_sh};
-use crate::table::{MIB, Row, human, info_row, secs, time_row, yes};
+use crate::table::{MIB, Row, human, info_row, rss_row, secs, time_row};
 use crate::write::{Enc, SessionSpec, Store};
 use crate::{Bench, harness};
 
@@ -79,14 +79,10 @@ pub fn figure(
             cpu_notes.join(", "),
             sizes.join(", ")
         ));
-        rows.push(Row {
-            figure: format!("1 peak RSS of sessionfs [{}]", enc.name()),
-            value: format!("{:.0} MiB", peak as f64 / MIB),
-            floor: "-".into(),
-            ratio: "-".into(),
-            target: "< 256 MiB".into(),
-            met: yes((peak as f64) < 256.0 * MIB),
-        });
+        rows.push(rss_row(
+            format!("1 peak RSS of sessionfs [{}]", enc.name()),
+            peak,
+        ));
     }
     let spec = &steps_store.sessions[0];
     let floors = task_floors(bench, steps_store, spec, rows, notes);
@@ -113,12 +109,7 @@ fn task_floors(
     rows: &mut Vec<Row>,
     notes: &mut Vec<String>,
 ) -> TaskFloors {
-    let artifact = spec.artifact(&store.root(Enc::Zstd), Enc::Zstd);
-    bench.cold();
-    let (zstd, _) = time_sh(&format!(
-        "zstd -dc --no-asyncio {} > /dev/null",
-        quote(&artifact)
-    ));
+    let zstd = zstd_floor(bench, store, spec);
     let stats = store.stats_of(&spec.id);
     notes.push(format!(
         "1: {}: {} events, {} frames, {:.1} MiB plaintext, {:.1} MiB zstd; floor `zstd -dc --no-asyncio` cold {}",
@@ -237,6 +228,18 @@ fn issue_task(
         (harness::TARGET, "⅓"),
     ));
     peak
+}
+
+/// Cold `zstd -dc --no-asyncio` of the session's zstd artifact: the floor
+/// of reading it whole.
+pub fn zstd_floor(bench: &mut Bench, store: &Store, spec: &SessionSpec) -> f64 {
+    let artifact = spec.artifact(&store.root(Enc::Zstd), Enc::Zstd);
+    bench.cold();
+    time_sh(&format!(
+        "zstd -dc --no-asyncio {} > /dev/null",
+        quote(&artifact)
+    ))
+    .0
 }
 
 /// What `ls | wc -l` costs on its own for `count` names: it reads, sorts and

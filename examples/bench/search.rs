@@ -12,7 +12,7 @@ use crate::Bench;
 use crate::checks::expect_readable;
 use crate::mount::{quote, time_sh};
 use crate::stores::NEEDLE;
-use crate::table::{MIB, Row, secs, time_row, yes};
+use crate::table::{MIB, Row, rss_row, secs, time_row};
 use crate::write::{Enc, SessionSpec, Store};
 
 /// Figure 3: `grep -rl` over every transcript of a 1 GiB store.
@@ -47,17 +47,9 @@ pub fn figure(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &mut
         bench.cold();
         let cpu = mount.cpu_seconds();
         let (_, read_before) = mount.io();
-        let (seconds, out) = time_sh(&format!(
-            "cd {} && grep -rl {NEEDLE} */transcript.md; true",
-            quote(&mount.dir)
-        ));
+        let (seconds, found) = grep_needle(&mount.dir);
         let cpu = mount.cpu_seconds() - cpu;
         let read = mount.io().1 - read_before;
-        let found: BTreeSet<String> = out
-            .lines()
-            .filter_map(|l| l.strip_suffix("/transcript.md"))
-            .map(String::from)
-            .collect();
         let peak = mount.peak_rss();
         let (_, listed) = time_sh(&format!(
             "cd {} && ls -d */transcript.md | wc -l",
@@ -81,14 +73,10 @@ pub fn figure(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &mut
             None,
         ));
         indexed(bench, store, enc, floor, &expected, rows, notes);
-        rows.push(Row {
-            figure: format!("3 peak RSS of sessionfs, default cache [{}]", enc.name()),
-            value: format!("{:.0} MiB", peak as f64 / MIB),
-            floor: "-".into(),
-            ratio: "-".into(),
-            target: "≤ 256 MiB".into(),
-            met: yes(peak <= 256 << 20),
-        });
+        rows.push(rss_row(
+            format!("3 peak RSS of sessionfs, default cache [{}]", enc.name()),
+            peak,
+        ));
         let stored = tree_bytes(&store.root(enc));
         notes.push(format!(
             "3 [{}]: sessionfs used {} CPU; its peak RSS was {:.0} MiB; it read {:.0} MiB through system calls, {:.2}× the {:.0} MiB store (each session built once reads the store about once)",
@@ -118,15 +106,7 @@ fn indexed(
     let _ = fs::remove_dir_all(&index);
     let options = format!("grace=0,index={}", index.display());
     let grep = |dir: &Path| {
-        let (seconds, out) = time_sh(&format!(
-            "cd {} && grep -rl {NEEDLE} */transcript.md; true",
-            quote(dir)
-        ));
-        let found: BTreeSet<String> = out
-            .lines()
-            .filter_map(|l| l.strip_suffix("/transcript.md"))
-            .map(String::from)
-            .collect();
+        let (seconds, found) = grep_needle(dir);
         assert_eq!(
             &found, expected,
             "grep -rl found the needle in the wrong sessions"
@@ -181,22 +161,33 @@ fn indexed(
         1.2,
         None,
     ));
-    rows.push(Row {
-        figure: format!("3 with an index: peak RSS of sessionfs [{e}]"),
-        value: format!("{:.0} MiB", peak as f64 / MIB),
-        floor: "-".into(),
-        ratio: "-".into(),
-        target: "≤ 256 MiB".into(),
-        met: yes(peak <= 256 << 20),
-    });
+    rows.push(rss_row(
+        format!("3 with an index: peak RSS of sessionfs [{e}]"),
+        peak,
+    ));
     notes.push(format!(
         "3 [{e}]: the index of the search store takes {:.1} MiB",
         index_bytes as f64 / MIB
     ));
 }
 
+/// Times `grep -rl NEEDLE */transcript.md` in `dir`; returns the seconds
+/// and the sessions it named.
+fn grep_needle(dir: &Path) -> (f64, BTreeSet<String>) {
+    let (seconds, out) = time_sh(&format!(
+        "cd {} && grep -rl {NEEDLE} */transcript.md; true",
+        quote(dir)
+    ));
+    let found = out
+        .lines()
+        .filter_map(|l| l.strip_suffix("/transcript.md"))
+        .map(String::from)
+        .collect();
+    (seconds, found)
+}
+
 /// The bytes of a file, or of every file under a directory.
-fn tree_bytes(path: &Path) -> u64 {
+pub fn tree_bytes(path: &Path) -> u64 {
     match fs::metadata(path) {
         Ok(meta) if meta.is_dir() => fs::read_dir(path)
             .map(|entries| entries.flatten().map(|e| tree_bytes(&e.path())).sum())

@@ -60,6 +60,18 @@ pub fn time_row(
     }
 }
 
+/// The daemon's peak RSS against the bound every figure keeps: under 256 MiB.
+pub fn rss_row(figure: String, peak: u64) -> Row {
+    Row {
+        figure,
+        value: format!("{:.0} MiB", peak as f64 / MIB),
+        floor: "-".into(),
+        ratio: "-".into(),
+        target: "< 256 MiB".into(),
+        met: yes(peak < 256 << 20),
+    }
+}
+
 /// A timed row with no target of its own.
 pub fn info_row(figure: String, value: f64, floor: f64, target: &str) -> Row {
     Row {

@@ -176,7 +176,7 @@ pub enum Checkpoint {
 /// What a listing knows of a log file from one `stat`: while it is the same,
 /// the file was not written (the change time moves with every write and
 /// cannot be set), so its header is the one read before.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileStamp {
     /// Device and inode: a replaced file is another file.
     pub dev: u64,
