@@ -186,7 +186,7 @@ fn cat_script(dir: &Path, mnt: &Path, size: usize, count: usize, label: &str) ->
         .step_by((size / count).max(1))
         .take(count)
         .map(|n| {
-            mnt.join(encode_segment(&session_id(n)).expect("id"))
+            mnt.join(sessionfs::fs::mount_name(&session_id(n)))
                 .join("index.jsonl")
                 .display()
                 .to_string()

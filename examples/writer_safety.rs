@@ -28,7 +28,6 @@ use std::time::{Duration, Instant};
 use harness_writer::{BIG, BIG_EVENTS, HarnessWriter, WRITER_SESSION, big_log};
 use rusqlite::Connection;
 use sessionfs::model::header::SessionHeader;
-use sessionfs::model::ids::encode_segment;
 use sessionfs::store::Writer;
 use sessionfs::store::sqlite::{SqliteStore, initialise};
 
@@ -109,7 +108,7 @@ fn main() {
     let db = store(&dir.join("store"));
     let log = dir.join("sessionfs.log");
     let mount = mount::Mount::new(&binary, &db, &dir.join("mnt"), "", &log);
-    let parent = dir.join("mnt").join(encode_segment(BIG).expect("id"));
+    let parent = dir.join("mnt").join(sessionfs::fs::mount_name(BIG));
     let stop = Arc::new(AtomicBool::new(false));
     let watch = thread::spawn({
         let (db, stop) = (db.clone(), stop.clone());

@@ -55,7 +55,7 @@ fn assert_valid_child(child: &Path, parent_events: &[Value], parent: &Value, bou
         link.to_string_lossy(),
         format!(
             "../{}",
-            sessionfs::model::ids::encode_segment(parent["id"].as_str().expect("id")).expect("seg")
+            sessionfs::fs::mount_name(parent["id"].as_str().expect("id"))
         )
     );
 }

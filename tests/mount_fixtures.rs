@@ -36,7 +36,7 @@ fn check_store(store: &str, skip: &[&str]) {
     listed.sort();
     let mut want: Vec<String> = sessions
         .iter()
-        .map(|(id, _)| sessionfs::model::ids::encode_segment(id).expect("id"))
+        .map(|(id, _)| sessionfs::fs::mount_name(id))
         .collect();
     want.extend(common::ROOT_OWN.map(String::from));
     want.sort();

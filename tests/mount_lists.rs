@@ -222,3 +222,68 @@ fn latest_moves_to_the_session_written_last_and_a_reader_keeps_its_own() {
     drop(reader);
     drop(mount);
 }
+
+#[test]
+fn readable_names_show_ids_as_they_are_and_old_names_still_lead_there() {
+    let copy = store_copy("jsonl");
+    let mount = Mount::new(&copy.path, &["-o", "grace=0"]);
+    let id = "notes\\2026 · 50% «draft» 🦀~";
+    let old = "notes~005C2026~0020~00B7~002050~0025~0020~00ABdraft~00BB~0020~D83E~DD80~007E";
+    let root = sorted_names(mount.path());
+    assert!(root.contains(&id.to_string()), "shown as it is: {root:?}");
+    assert!(!root.contains(&old.to_string()), "and only so: {root:?}");
+    let shown = mount.path().join(id);
+    let header: Value =
+        serde_json::from_slice(&std::fs::read(shown.join("header.json")).expect("header"))
+            .expect("json");
+    assert_eq!(header["id"], id);
+
+    // The old name is no entry of its own, but every path through it works.
+    let by_old = mount.path().join(old);
+    assert_eq!(
+        std::fs::read(by_old.join("transcript.md")).expect("old name"),
+        std::fs::read(shown.join("transcript.md")).expect("shown name")
+    );
+    let events = |dir: &Path| {
+        std::fs::read_dir(dir.join("events"))
+            .expect("events")
+            .count()
+    };
+    assert_eq!(events(&by_old), events(&shown));
+    let through_cd = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("cd \"$1\" && ls events | wc -l")
+        .arg("sh")
+        .arg(&by_old)
+        .output()
+        .expect("sh");
+    assert_eq!(
+        String::from_utf8_lossy(&through_cd.stdout).trim(),
+        events(&shown).to_string()
+    );
+
+    // The catalogue and the lists name it so, and their links lead to it.
+    let line = catalog(mount.path())
+        .into_iter()
+        .find(|line| line["id"] == id)
+        .expect("in sessions.jsonl");
+    assert_eq!(line["name"], id);
+    let link = mount.path().join("by-project").join("_no-cwd").join(id);
+    assert_eq!(
+        std::fs::read_link(&link).expect("link"),
+        Path::new("../..").join(id)
+    );
+    assert_eq!(
+        link.canonicalize().expect("resolves"),
+        shown.canonicalize().expect("shown")
+    );
+
+    // A fork child's parent link names it as it is shown.
+    std::fs::write(shown.join("fork"), b"32 a-child-of-notes\n").expect("fork");
+    let child = mount.path().join("a-child-of-notes");
+    assert_eq!(
+        std::fs::read_link(child.join("parent")).expect("parent"),
+        Path::new("..").join(id)
+    );
+    drop(mount);
+}

@@ -1,4 +1,4 @@
-//! Issue #8, names: hostile session ids stay one escaped path segment inside
+//! Issue #8, names: hostile session ids stay one path segment inside
 //! the mount, symlinks in the store are never followed out of it, and names
 //! longer than a directory entry can hold are refused with ENAMETOOLONG.
 //! Permissions (modes, `allow_other`, private forks) are in mount_permissions.rs.
@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use common::{Mount, TempDir, read_json, session_dir, snapshot, store_copy};
 use serde_json::{Value, json};
+use sessionfs::fs::mount_name;
 use sessionfs::model::ids::{encode_segment, project_dir};
 
 /// Five valid events: one completed turn with a user message.
@@ -125,7 +126,7 @@ fn hostile_ids() -> Vec<String> {
 }
 
 #[test]
-fn hostile_session_ids_are_one_escaped_segment_each() {
+fn hostile_session_ids_are_one_segment_each() {
     let store = TempDir::new("names");
     let root = store.path().join("store");
     std::fs::create_dir(&root).expect("root");
@@ -140,12 +141,12 @@ fn hostile_session_ids_are_one_escaped_segment_each() {
     for (i, id) in ids.iter().enumerate() {
         let cwd = cwds[i % cwds.len()];
         write_session(&root, id, cwd).unwrap_or_else(|e| panic!("writing {id:?}: {e}"));
-        written.insert(encode_segment(id).expect("name"), id.clone());
+        written.insert(mount_name(id), id.clone());
     }
     assert_eq!(
         written.len(),
         ids.len(),
-        "the encoding is injective: two ids never share a name"
+        "the naming is injective: two ids never share a name"
     );
     let outside_before: BTreeSet<PathBuf> = std::fs::read_dir(std::env::temp_dir())
         .expect("tmp")
@@ -163,7 +164,7 @@ fn hostile_session_ids_are_one_escaped_segment_each() {
     assert_eq!(
         unique,
         written.keys().collect::<BTreeSet<_>>(),
-        "exactly the written sessions, under their escaped names"
+        "exactly the written sessions, under their readable names"
     );
     let longest = names.iter().map(String::len).max().unwrap_or(0);
     eprintln!(
@@ -177,11 +178,6 @@ fn hostile_session_ids_are_one_escaped_segment_each() {
         assert!(
             !name.contains('/') && !name.contains('\0') && name != "." && name != "..",
             "{name:?} is one path segment"
-        );
-        assert!(
-            name.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._-~".contains(&b)),
-            "{name:?} holds only [A-Za-z0-9._~-]"
         );
         assert!(name.len() <= 255, "{name:?} fits NAME_MAX");
     }
@@ -217,7 +213,7 @@ fn hostile_session_ids_are_one_escaped_segment_each() {
         );
         let surface = std::fs::read_to_string(dir.join("surface.jsonl")).expect("surface");
         assert!(surface.contains("hello"), "{name} is readable");
-        // The raw id is never a path to the session (except ids that need no escaping).
+        // An escaped id is never a path to the session by its raw spelling.
         if name != id {
             let raw = mount.path().join(id.replace('\0', ""));
             assert_ne!(
@@ -226,10 +222,17 @@ fn hostile_session_ids_are_one_escaped_segment_each() {
                 "the raw id {id:?} does not name the session"
             );
         }
+        // The name from before readable names (the on-disk escape) still
+        // leads to the session, unless another session shows under it.
+        let old = encode_segment(id).expect("old name");
+        if old.len() <= 255 && !written.contains_key(&old) {
+            let header = read_json(&mount.path().join(&old).join("header.json"));
+            assert_eq!(header["id"].as_str(), Some(id.as_str()), "old name {old}");
+        }
     }
     // Names that are not valid encodings, and non-UTF-8 names, name nothing.
     for bogus in [
-        "~zzzz", "~002e", "~0041", "a b", "~D83D", "%2F", "~", "flush~",
+        "~zzzz", "~002e", "~0041", "a  b", "~D83D", "%2F", "~", "flush~",
     ] {
         assert_eq!(
             errno_of(std::fs::metadata(mount.path().join(bogus))),
@@ -257,7 +260,7 @@ fn hostile_session_ids_are_one_escaped_segment_each() {
     assert!(escaped.is_empty(), "{escaped:?}");
 
     // Forks named with hostile ids land as escaped segments in the store's project directory.
-    let parent = mount.path().join(encode_segment("a/b").expect("name"));
+    let parent = mount.path().join(mount_name("a/b"));
     let parent_project = root.join(project_dir(None));
     let mut made = Vec::new();
     for child in [
@@ -271,7 +274,7 @@ fn hostile_session_ids_are_one_escaped_segment_each() {
         std::fs::write(parent.join("fork"), format!("4 {child}\n"))
             .unwrap_or_else(|e| panic!("fork {child:?}: {e}"));
         let name = encode_segment(child).expect("name");
-        let header = read_json(&mount.path().join(&name).join("header.json"));
+        let header = read_json(&mount.path().join(mount_name(child)).join("header.json"));
         assert_eq!(
             header["id"].as_str(),
             Some(child),
@@ -362,7 +365,7 @@ fn an_unreadable_session_never_collides_with_a_valid_one() {
         .into_iter()
         .map(|(n, _)| String::from_utf8_lossy(&n).into_owned())
         .collect();
-    let twin = mount.path().join(encode_segment("~D800").expect("name"));
+    let twin = mount.path().join(mount_name("~D800"));
     let surface = std::fs::read_to_string(twin.join("surface.jsonl"));
     let error = std::fs::read_to_string(twin.join("error")).unwrap_or_default();
     eprintln!(
@@ -595,9 +598,10 @@ fn a_fork_the_store_cannot_hold_is_refused_up_front() {
 
 #[test]
 fn long_names_in_sqlite() {
-    // SQLite holds any id, but names longer than NAME_MAX (255) cannot be served to
-    // everyday tools: such sessions are left out of the mount (with a warning),
-    // forks with such names are refused, and everything else keeps working.
+    // SQLite holds any id, but a name longer than NAME_MAX (255) cannot be
+    // served to everyday tools: such a session is shown under a prefix of its id
+    // and a digest, its header names the whole id, and forks with such names
+    // are refused, as on every store.
     let copy = store_copy("sqlite17");
     let store = sessionfs::store::sqlite::SqliteStore::open(&copy.path).expect("open");
     let ids = ["\u{e9}".repeat(52), "x".repeat(300), "z".repeat(4200)];
@@ -610,16 +614,22 @@ fn long_names_in_sqlite() {
     }
     drop(store);
     let mount = Mount::new(&copy.path, &["-o", "grace=0"]);
-    let listing: Vec<usize> = std::fs::read_dir(mount.path())
+    let listing: Vec<String> = std::fs::read_dir(mount.path())
         .expect("the root lists")
-        .map(|e| e.expect("entry").file_name().len())
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
         .collect();
     assert_eq!(
         listing.len(),
-        15 + common::ROOT_OWN.len(),
-        "15 sessions and the root's own entries; the long names are left out"
+        18 + common::ROOT_OWN.len(),
+        "15 sessions, the three long ones and the root's own entries"
     );
-    assert!(listing.iter().all(|len| *len <= 255));
+    assert!(listing.iter().all(|name| name.len() <= 255));
+    for id in &ids {
+        let name = mount_name(id);
+        assert!(listing.contains(&name), "{name} is listed");
+        let header = read_json(&mount.path().join(&name).join("header.json"));
+        assert_eq!(header["id"].as_str(), Some(id.as_str()));
+    }
     let parent = session_dir(mount.path(), "release-notes");
     assert!(
         std::fs::read_to_string(parent.join("header.json")).is_ok(),

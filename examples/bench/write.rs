@@ -97,7 +97,7 @@ impl SessionSpec {
 
     /// The session's directory name in the mount.
     pub fn mount_name(&self) -> String {
-        encode_segment(&self.id).expect("non-empty id")
+        sessionfs::fs::mount_name(&self.id)
     }
 }
 

@@ -255,7 +255,7 @@ impl SessionFs {
                     .header()
                     .and_then(|h| h.parent_session.clone())
                     .ok_or_else(|| Error::NotFound("no parent".into()))?;
-                Ok(format!("../{}", mount_name(&parent).unwrap_or_default()))
+                Ok(format!("../{}", mount_name(&parent)))
             }
             Node::Child(child) => Ok(format!("../../{}", self.slot(child)?.name)),
             _ => Err(Error::Invalid("not a symlink".into())),

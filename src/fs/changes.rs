@@ -59,7 +59,7 @@ impl SessionFs {
             if !seen.insert(name) {
                 continue;
             }
-            let Some(shown) = decode_segment(name).and_then(|id| mount_name(&id)) else {
+            let Some(shown) = decode_segment(name).map(|id| mount_name(&id)) else {
                 continue;
             };
             let Some(number) = self.sessions.by_name(&shown) else {

@@ -546,10 +546,17 @@ impl SessionFs {
                     return self.getattr(Ino::Lists(list).encode());
                 }
                 // New sessions must appear at once: ask the store on a miss.
+                // A name from before readable names still leads to its session.
                 let number = self
                     .sessions
                     .by_name(name)
                     .or_else(|| self.sessions.find_new(name))
+                    .or_else(|| {
+                        let shown = names::mount_name(&names::old_name_of(name)?);
+                        self.sessions
+                            .by_name(&shown)
+                            .or_else(|| self.sessions.find_new(&shown))
+                    })
                     .ok_or_else(|| Error::NotFound(format!("no session named {name}")))?;
                 self.getattr(Ino::Session(number, Node::Dir).encode())
             }

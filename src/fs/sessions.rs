@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use super::groups::{By, Groups, NO_SLOT};
-use super::names::{NAME_MAX, id_of, mount_name, shown_name};
+use super::names::{id_of, mount_name};
 use super::shown::Shown;
 use crate::bytes::Bytes;
 use crate::error::{Error, Result};
@@ -557,13 +557,7 @@ impl Sessions {
         generation: Option<u32>,
         moved_slots: &mut Vec<(Arc<Slot>, Listing)>,
     ) -> Option<u32> {
-        let Some(name) = shown_name(id) else {
-            let shown: String = id.chars().take(40).collect();
-            log::warn!(
-                "session {shown:?}… is not shown: its name would be longer than {NAME_MAX} bytes"
-            );
-            return None;
-        };
+        let name = mount_name(id);
         if group.is_empty() {
             return None;
         }
@@ -640,7 +634,7 @@ impl Sessions {
 
     /// The slot of the session `id`.
     pub fn by_id(&self, id: &str) -> Option<u32> {
-        mount_name(id).and_then(|name| self.by_name(&name))
+        self.by_name(&mount_name(id))
     }
 
     /// The parent a listed session's header names.

@@ -164,8 +164,7 @@ impl SessionFs {
             .as_millis() as i64;
         let header = crate::model::fork::child_header(&parent_header, &child_id, boundary, now);
         let events = crate::model::fork::child_events(seed, now);
-        let name = mount_name(&child_id)
-            .ok_or_else(|| Error::Invalid("the child name is empty".into()))?;
+        let name = mount_name(&child_id);
         // The store keeps one directory per session, named by the encoded id.
         if encode_segment(&child_id).is_some_and(|segment| segment.len() > NAME_MAX) {
             return Err(Error::NameTooLong(format!(

@@ -50,12 +50,16 @@ pub fn readable_name(id: &str) -> String {
 
 /// The session id an old (fully escaped) root name stood for, if it is one.
 pub fn old_name_id(name: &str) -> Option<String> {
-    decode_segment(name).or_else(|| {
-        let id = ROOT_ENTRIES
+    match decode_segment(name) {
+        // A root entry's name was the entry's even then: such an id showed
+        // with its first unit escaped.
+        Some(id) if ROOT_ENTRIES.contains(&id.as_str()) => None,
+        Some(id) => Some(id),
+        None => ROOT_ENTRIES
             .iter()
-            .find(|entry| encoded_id(entry).as_deref() == Some(name))?;
-        Some(id.to_string())
-    })
+            .find(|entry| encoded_id(entry).as_deref() == Some(name))
+            .map(|entry| entry.to_string()),
+    }
 }
 
 /// The `by-project/` directory name of a cwd: the path without its leading
@@ -254,6 +258,7 @@ mod tests {
             assert_eq!(old_name_id(&old).as_deref(), Some(id), "{old}");
         }
         assert_eq!(old_name_id("a b"), None);
+        assert_eq!(old_name_id("flush"), None, "the root's own entry then too");
     }
 
     /// A small PRNG (xorshift) so the walk is the same on every run.

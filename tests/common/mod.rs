@@ -363,8 +363,7 @@ pub fn read_json(path: &Path) -> serde_json::Value {
 
 /// The session directory whose header.json names `id`.
 pub fn session_dir(mount: &Path, id: &str) -> PathBuf {
-    let name = sessionfs::model::ids::encode_segment(id).expect("id");
-    mount.join(name)
+    mount.join(sessionfs::fs::mount_name(id))
 }
 
 /// The names in a directory, sorted.

@@ -197,3 +197,39 @@ fn latest_leads_to_the_session_written_last_and_moves() {
         "../../older"
     );
 }
+
+#[test]
+fn readable_names_are_listed_and_old_names_lead_to_the_same_directory() {
+    let world = World::new(0, 0, config());
+    let ids = ["notes 2026 «draft»", "a/b", "flush", "plain-1"];
+    for id in ids {
+        world
+            .store
+            .insert(SessionHeader::new(id, T0), world.events[..20].to_vec());
+    }
+    let listed: BTreeSet<String> = list(&world.fs, ROOT, 3)
+        .into_iter()
+        .skip(ROOT_OWN.len())
+        .collect();
+    let shown: BTreeSet<String> = ["notes 2026 «draft»", "a~002Fb", "~0066lush", "plain-1"]
+        .map(String::from)
+        .into();
+    assert_eq!(listed, shown);
+    for (old, now) in [
+        ("notes~00202026~0020~00ABdraft~00BB", "notes 2026 «draft»"),
+        ("a~002Fb", "a~002Fb"),
+        ("~0066lush", "~0066lush"),
+    ] {
+        assert_eq!(
+            lookup(&world, ROOT, old),
+            lookup(&world, ROOT, now),
+            "{old}"
+        );
+    }
+    // The root's own `flush` is never a session's old name.
+    assert_eq!(
+        world.fs.lookup(ROOT, "flush").expect("flush").ino,
+        sessionfs::fs::inode::ROOT_FLUSH
+    );
+    assert!(world.fs.lookup(ROOT, "notes~0020").is_err());
+}
