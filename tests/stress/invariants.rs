@@ -203,12 +203,12 @@ fn check_header(findings: &Findings, session: &str, path: &Path, read: &Read2) {
     }
     match serde_json::from_slice::<Value>(bytes) {
         Ok(header) => {
-            let expected = sessionfs::model::ids::decode_segment(session);
-            if header["id"].as_str() != expected.as_deref() {
+            let shown = header["id"].as_str().map(sessionfs::fs::mount_name);
+            if shown.as_deref() != Some(session) {
                 findings.fail(
                     "header.json: wrong id",
                     format!(
-                        "{}: id {} is not {expected:?}",
+                        "{}: id {} is shown as {shown:?}, not {session:?}",
                         path.display(),
                         header["id"]
                     ),
