@@ -40,12 +40,14 @@ const LAST_SEQ: u64 = 321;
 const SURFACE_NODES: [u64; 9] = [2, 3, 113, 119, 243, 248, 289, 295, 319];
 
 /// The generated files of a session directory a follower may hold open.
-const GENERATED: [&str; 5] = [
+const GENERATED: [&str; 7] = [
     "transcript.md",
     "surface.jsonl",
     "index.jsonl",
     "header.json",
     "status",
+    "fork",
+    "flush",
 ];
 
 fn log_path(store: &Path, kind: Kind) -> PathBuf {
@@ -269,6 +271,10 @@ fn drive(kind: Kind, store: &Path, dir: &Path, mut check: impl FnMut(&str)) {
         shows_seq(dir, LAST_SEQ + 6) && !has_closers(dir)
     });
     check("the turn resumed");
+    // A fork written into the session's lineage: the child is shown at once,
+    // and the parent's fork log and children/ gain it.
+    std::fs::write(dir.join("fork"), format!("{}\n", LAST_SEQ + 6)).expect("fork");
+    check("a fork of the session");
     append(kind, store, &compaction());
     within(Duration::from_secs(3), "the compaction", || {
         shows_seq(dir, LAST_SEQ + 10)
