@@ -287,3 +287,90 @@ fn readable_names_show_ids_as_they_are_and_old_names_still_lead_there() {
     );
     drop(mount);
 }
+
+/// Sets every directory under `root` to have changed an hour ago, as in a
+/// store in use: no listing revision moves then, so only a watch of the
+/// session (or of the database) sees a write.
+fn age_directories(root: &Path) {
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            }
+        }
+        std::fs::File::open(&dir)
+            .and_then(|d| d.set_modified(hour_ago))
+            .expect("set the directory's time");
+    }
+}
+
+/// Writes a title event to `other`, a session nothing of which was read
+/// through the mount, and waits for `latest` to lead there.
+fn latest_follows_an_unused_session(store: &str) {
+    let copy = store_copy(store);
+    let sqlite = store.starts_with("sqlite");
+    if !sqlite {
+        age_directories(&copy.path);
+    }
+    let mount = Mount::new(&copy.path, &["-o", "grace=600"]);
+    let latest = mount.path().join("latest");
+    let first = std::fs::read_link(&latest).expect("latest");
+    let other = if first.to_str() == Some("ledger-chat") {
+        "release-notes"
+    } else {
+        "ledger-chat"
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let title = |seq: u64| serde_json::json!({"type": "session/title", "seq": seq, "time": now, "data": {"title": "newest", "messageSeqs": [], "source": {"kind": "user"}}});
+    let written = std::time::Instant::now();
+    if sqlite {
+        let mut connection = rusqlite::Connection::open(&copy.path).expect("open");
+        let last: i64 = connection
+            .query_row(
+                "SELECT max(seq) FROM events WHERE session_id = ?1",
+                [other],
+                |row| row.get(0),
+            )
+            .expect("last seq");
+        common::harness::commit_batch(&mut connection, other, &[title(last as u64 + 1)]);
+    } else {
+        // Its last seq from the store's log, not through the mount.
+        let log = common::harness::session_home(&copy.path, other).join("session.jsonl");
+        let last = std::fs::read_to_string(&log)
+            .expect("log")
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter_map(|event| event["seq"].as_u64())
+            .max()
+            .expect("events");
+        common::harness::append_jsonl(&copy.path, other, &[title(last + 1)]);
+    }
+    common::within(std::time::Duration::from_secs(3), "latest moves", || {
+        std::fs::read_link(&latest).is_ok_and(|t| t.to_str() == Some(other))
+    });
+    eprintln!(
+        "{store}: latest moved from {first:?} to {other}, not in use, {:?} after its write",
+        written.elapsed()
+    );
+    let header: Value =
+        serde_json::from_slice(&std::fs::read(latest.join("header.json")).expect("header"))
+            .expect("json");
+    assert_eq!(header["title"]["title"], "newest");
+    drop(mount);
+}
+
+#[test]
+fn latest_follows_a_write_to_a_jsonl_session_no_one_has_opened() {
+    latest_follows_an_unused_session("jsonl");
+}
+
+#[test]
+fn latest_follows_a_write_to_an_sqlite_session_no_one_has_opened() {
+    latest_follows_an_unused_session("sqlite17");
+}

@@ -38,6 +38,16 @@ impl SessionFs {
         if !round.store_names.is_empty() {
             self.store_dirs_changed(&round.store_names, &mut due, &mut changes);
         }
+        // A write to a session no one uses may make it `latest`.
+        for number in round.written.difference(&due) {
+            self.note_written(*number);
+        }
+        if round.data_changed
+            && let Some((id, time)) = self.store.last_written()
+            && let Some(number) = self.sessions.by_id(&id)
+        {
+            self.sessions.note_time(number, time);
+        }
         if round.everything {
             due.extend(self.views.loaded());
         }
@@ -121,13 +131,22 @@ impl SessionFs {
         // A log written to may be the newest now: `latest` goes by the time
         // of the last write, as the listing does.
         if let Ok(Some(true)) = refreshed {
-            let source = lock(&slot.listed).source.clone();
-            if let Some(written) = super::written_at(&source) {
-                self.sessions.note_time(number, written);
-            }
+            self.note_written(number);
         }
         if refreshed.is_err() {
             self.views.follow().retry(number);
+        }
+    }
+
+    /// Session `number`'s log was written: `latest` goes by the time of its
+    /// last write, as the listing does.
+    fn note_written(&self, number: u32) {
+        let Ok(slot) = self.sessions.get(number) else {
+            return;
+        };
+        let source = lock(&slot.listed).source.clone();
+        if let Some(written) = super::written_at(&source) {
+            self.sessions.note_time(number, written);
         }
     }
 }

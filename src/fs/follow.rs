@@ -12,8 +12,13 @@
 //! cannot be watched (`-o poll`, a network or FUSE filesystem, no inotify),
 //! or only those whose watch could not be added (the watch limit reached).
 //! Either way the cost is that of the sessions in use, never of the store.
+//!
+//! For `latest` alone, the directories of up to [`WRITES_WATCHED`] JSONL
+//! sessions written recently are watched too, the oldest watch given up
+//! first: a write to one that no one uses moves `latest` at once. A session
+//! quiet for longer is seen written at the next listing.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -21,6 +26,10 @@ use std::time::{Duration, Instant};
 use crate::store::Backend;
 use crate::store::watch::Watcher;
 use crate::sync::lock;
+
+/// The most session directories watched only so that a write to a session
+/// not in use moves `latest`.
+pub const WRITES_WATCHED: usize = 1024;
 
 /// How often polled sessions are checked.
 pub const POLL_EVERY: Duration = Duration::from_millis(500);
@@ -56,6 +65,11 @@ struct Watches {
     /// Watches of session directories, and the slots each serves.
     sessions: HashMap<i32, Vec<u32>>,
     of_slot: HashMap<u32, i32>,
+    /// Watches kept for `latest` alone, and the slot each is for; the order
+    /// they were added in, oldest first.
+    written: HashMap<i32, u32>,
+    written_order: VecDeque<(u32, i32)>,
+    written_slots: HashSet<u32>,
     /// Loaded sessions that have no watch and are polled.
     polled: HashSet<u32>,
     /// Sessions a round could not refresh (a request held the view).
@@ -178,8 +192,47 @@ impl Follow {
         slots.retain(|&s| s != number);
         if slots.is_empty() {
             watches.sessions.remove(&wd);
-            if let Some(watcher) = watcher {
+            if let Some(watcher) = watcher
+                && !watches.written.contains_key(&wd)
+            {
                 watcher.unwatch(wd);
+            }
+        }
+    }
+
+    /// Watches the directories of `sessions` (slot, directory), written
+    /// recently, for writes alone: a write moves `latest`. A session watched
+    /// so already costs nothing; past [`WRITES_WATCHED`] the oldest such
+    /// watch is given up.
+    pub fn watch_writes(&self, sessions: Vec<(u32, PathBuf)>) {
+        let Some(watcher) = &self.watcher else { return };
+        let mut watches = lock(&self.watches);
+        for (number, dir) in sessions {
+            if watches.written_slots.contains(&number) {
+                continue;
+            }
+            let Ok(wd) = watcher.watch(&dir) else {
+                // The watch limit: the next listing sees the write.
+                continue;
+            };
+            watches.written.insert(wd, number);
+            watches.written_order.push_back((number, wd));
+            watches.written_slots.insert(number);
+            while watches.written_order.len() > WRITES_WATCHED {
+                let Some((oldest, wd)) = watches.written_order.pop_front() else {
+                    break;
+                };
+                watches.written_slots.remove(&oldest);
+                if watches.written.get(&wd) == Some(&oldest) {
+                    watches.written.remove(&wd);
+                }
+                let shared = watches.dirs.contains(&wd)
+                    || watches.sessions.contains_key(&wd)
+                    || watches.awaiting.contains_key(&wd)
+                    || watches.written.contains_key(&wd);
+                if !shared {
+                    watcher.unwatch(wd);
+                }
             }
         }
     }
@@ -231,6 +284,9 @@ impl Follow {
             } else if let Some(slots) = watches.sessions.get(&event.watch) {
                 round.due.extend(slots.iter().copied());
             }
+            if let Some(&number) = watches.written.get(&event.watch) {
+                round.written.insert(number);
+            }
         }
         let poll_due = watches
             .last_poll
@@ -261,7 +317,10 @@ impl Follow {
         for wd in gone {
             watches.awaiting.remove(&wd);
             // A watch another use shares (the same directory) stays.
-            if !watches.dirs.contains(&wd) && !watches.sessions.contains_key(&wd) {
+            if !watches.dirs.contains(&wd)
+                && !watches.sessions.contains_key(&wd)
+                && !watches.written.contains_key(&wd)
+            {
                 watcher.unwatch(wd);
             }
         }
@@ -305,6 +364,8 @@ pub enum Watched {
 pub struct Round {
     /// Loaded sessions whose files changed.
     pub due: HashSet<u32>,
+    /// Sessions written to, seen by the watches kept for `latest`.
+    pub written: HashSet<u32>,
     /// Every loaded session may have changed (the store's data, an overflow,
     /// a poll of everything).
     pub everything: bool,
@@ -319,4 +380,46 @@ pub struct Round {
     pub data_changed: bool,
     /// A round asked to look at the store's data again (`Follow::recheck_data`).
     pub data_recheck: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_are_watched_for_the_newest_sessions_only() {
+        let root = std::env::temp_dir().join(format!("sessionfs-writes-{}", std::process::id()));
+        let dirs: Vec<PathBuf> = (0..WRITES_WATCHED + 6)
+            .map(|n| root.join("project").join(format!("s{n}")))
+            .collect();
+        for dir in &dirs {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let store = crate::store::jsonl::JsonlStore::open(&root).unwrap();
+        let follow = Follow::new(&store, false);
+        let numbered = |range: std::ops::Range<usize>| {
+            range
+                .map(|n| (n as u32, dirs[n].clone()))
+                .collect::<Vec<_>>()
+        };
+        follow.watch_writes(numbered(0..dirs.len()));
+        // Asked again, a watched session costs nothing and changes nothing.
+        follow.watch_writes(numbered(dirs.len() - 3..dirs.len()));
+        {
+            let watches = lock(&follow.watches);
+            assert_eq!(watches.written_order.len(), WRITES_WATCHED);
+            assert!(!watches.written_slots.contains(&5), "the oldest given up");
+            assert!(watches.written_slots.contains(&6));
+        }
+        let write = |n: usize| std::fs::write(dirs[n].join("session.jsonl"), b"x").unwrap();
+        write(2);
+        write(dirs.len() - 1);
+        let round = follow.wait(&store, false);
+        assert_eq!(
+            round.written,
+            HashSet::from([dirs.len() as u32 - 1]),
+            "a write to a session still watched, and only that"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }

@@ -318,9 +318,18 @@ impl SessionFs {
             moved,
         } = self.sessions.relist(max_age);
         if listed {
-            self.views
-                .follow()
-                .watch_awaiting(self.sessions.awaiting_dirs());
+            let follow = self.views.follow();
+            follow.watch_awaiting(self.sessions.awaiting_dirs());
+            // Sessions written lately are likely written again: a write to one
+            // no one uses moves `latest` at once.
+            let since = attr::ms_of(SystemTime::now() - WRITTEN_LATELY);
+            let recent = self.sessions.written_since(since, follow::WRITES_WATCHED);
+            follow.watch_writes(
+                recent
+                    .into_iter()
+                    .filter_map(|(number, key)| Some((number, self.store.session_dir(&key)?)))
+                    .collect(),
+            );
         }
         for number in removed {
             self.views.forget(number);
@@ -764,6 +773,10 @@ fn written_at(source: &crate::view::SessionSource) -> Option<i64> {
         SessionKey::Row(_) => None,
     }
 }
+
+/// How recent a session's last write must be, at a listing, for a write to it
+/// to be watched for `latest` while no one uses it.
+const WRITTEN_LATELY: Duration = Duration::from_secs(24 * 3600);
 
 /// The root's own entries before its sessions: `flush` and the lists.
 const ROOT_OWN: u64 = 1 + lists::ROOT_LISTS.len() as u64;

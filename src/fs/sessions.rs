@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::model::Refusal;
 use crate::model::catalog::{project_name, utc_day};
 use crate::render::catalog::CatalogLine;
-use crate::store::{Backend, Listing, StoredFile};
+use crate::store::{Backend, Listing, SessionKey, StoredFile};
 use crate::sync::lock;
 use crate::view::SessionSource;
 
@@ -97,7 +97,8 @@ pub(super) struct Slot {
     pub day: Option<u32>,
     /// The time of its last write as far as the mount knows (ms): its log's
     /// modification time from the listing and from following it (SQLite
-    /// stores no such time: its creation).
+    /// stores no such time: its creation, then the time of the database's
+    /// newest event row when that is this session's).
     newest: AtomicI64,
     /// The session was removed from the store.
     gone: AtomicBool,
@@ -662,6 +663,29 @@ impl Sessions {
     /// Session `number` has an event at `time` (ms): `latest` may move to it.
     pub fn note_time(&self, number: u32, time: i64) {
         self.table().note_time(number, time);
+    }
+
+    /// The sessions stored as files whose last write known is at `since` (ms)
+    /// or later: the newest `limit` of them, oldest first.
+    pub fn written_since(&self, since: i64, limit: usize) -> Vec<(u32, SessionKey)> {
+        let table = self.table();
+        let mut recent: Vec<(i64, u32)> = table
+            .slots
+            .iter()
+            .filter(|slot| !slot.is_gone())
+            .map(|slot| (slot.newest.load(Ordering::Relaxed), slot.number))
+            .filter(|&(newest, _)| newest >= since)
+            .collect();
+        recent.sort_unstable();
+        let skip = recent.len().saturating_sub(limit);
+        recent
+            .into_iter()
+            .skip(skip)
+            .filter_map(|(_, number)| {
+                let key = lock(&table.get(number)?.listed).source.key.clone();
+                matches!(key, SessionKey::File(_)).then_some((number, key))
+            })
+            .collect()
     }
 
     /// The session `latest` leads to: of the whole store, or of `project`.

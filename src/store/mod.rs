@@ -377,6 +377,13 @@ pub trait Watched {
     fn added_mark(&self) -> Option<i64> {
         None
     }
+
+    /// The session holding the store's newest event, and that event's time
+    /// (ms), read cheaply after a data change (SQLite: the last event row).
+    /// `None` where the store cannot tell so (JSONL: each log's own time).
+    fn last_written(&self) -> Option<(String, i64)> {
+        None
+    }
 }
 
 /// A whole store, as a mount uses it: every part above. Implemented for any

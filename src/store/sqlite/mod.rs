@@ -737,6 +737,19 @@ impl Watched for SqliteStore {
         })
         .ok()
     }
+
+    fn last_written(&self) -> Option<(String, i64)> {
+        // The rowid order is the order rows were added: one step down the
+        // table's b-tree, whatever the store's size.
+        self.read(|tx| {
+            tx.query_row(
+                "SELECT session_id, time FROM events ORDER BY rowid DESC LIMIT 1",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+        })
+        .ok()
+    }
 }
 
 fn row_id(key: &SessionKey) -> Result<&str, Refusal> {
