@@ -4,8 +4,9 @@
 //! tail before it writes, a commit every 25 ms and a flush-style commit every
 //! 200 ms) makes 1,000 commits. Prints how many failed, how many forks were
 //! flushed meanwhile, and the longest time sessionfs held the WAL write lock
-//! (seen with `F_GETLK` on the `-shm` file, which reports only other
-//! processes' locks, so this process's writer never counts).
+//! while the writer was connected (seen with `F_GETLK` on the `-shm` file,
+//! which reports only other processes' locks, so this process's writer never
+//! counts).
 //!
 //! `cargo build --release --bin sessionfs && cargo run --release --example
 //! writer_safety [-- --dir PATH]`. Must run as root (it mounts).
@@ -116,7 +117,16 @@ fn main() {
     });
     // Connected before the first fork, as the Harness is.
     let connection = HarnessWriter::connect(&db);
-    let writer = thread::spawn(move || connection.run(|attempted| attempted >= COMMITS));
+    // The lock watch ends with the writer: a fork still being written after
+    // its last commit holds the lock with no one to get in the way of.
+    let writer = thread::spawn({
+        let stop = stop.clone();
+        move || {
+            let ran = connection.run(|attempted| attempted >= COMMITS);
+            stop.store(true, Ordering::Relaxed);
+            ran
+        }
+    });
     let started = Instant::now();
     let mut forks = 0;
     let mut flush_longest = Duration::ZERO;
@@ -132,7 +142,6 @@ fn main() {
         forks += 1;
     }
     let (_, failures) = writer.join().expect("writer");
-    stop.store(true, Ordering::Relaxed);
     let (at_least, at_most) = watch.join().expect("lock watch");
     let took = started.elapsed();
     mount.finish();
