@@ -555,17 +555,14 @@ impl SessionFs {
                     return self.getattr(Ino::Lists(list).encode());
                 }
                 // New sessions must appear at once: ask the store on a miss.
+                let find = |shown: &str| {
+                    self.sessions
+                        .by_name(shown)
+                        .or_else(|| self.sessions.find_new(shown))
+                };
                 // A name from before readable names still leads to its session.
-                let number = self
-                    .sessions
-                    .by_name(name)
-                    .or_else(|| self.sessions.find_new(name))
-                    .or_else(|| {
-                        let shown = names::mount_name(&names::old_name_of(name)?);
-                        self.sessions
-                            .by_name(&shown)
-                            .or_else(|| self.sessions.find_new(&shown))
-                    })
+                let number = find(name)
+                    .or_else(|| find(&names::mount_name(&names::old_name_of(name)?)))
                     .ok_or_else(|| Error::NotFound(format!("no session named {name}")))?;
                 self.getattr(Ino::Session(number, Node::Dir).encode())
             }

@@ -7,9 +7,9 @@
 use crate::model::catalog::{ROOT_ENTRIES, old_name_id, readable_name};
 use crate::model::ids::decode_segment;
 
-/// Linux's NAME_MAX: a JSONL store keeps each session in a directory named
-/// by its encoded id, so a fork child's encoded id must fit in it.
-pub const NAME_MAX: usize = 255;
+/// A JSONL store keeps each session in a directory named by its encoded id,
+/// so a fork child's encoded id must fit in a file name.
+pub use crate::model::catalog::NAME_MAX;
 
 /// A session's directory name in the mount.
 pub fn mount_name(id: &str) -> String {

@@ -35,7 +35,7 @@ pub const ROOT_ENTRIES: [&str; 5] = ["flush", "latest", "by-project", "by-date",
 pub const NO_CWD: &str = "_no-cwd";
 
 /// The longest file name Linux accepts, in bytes.
-const NAME_MAX: usize = 255;
+pub const NAME_MAX: usize = 255;
 
 /// `~L` and 16 hex digits end a digest name.
 const DIGEST_LEN: usize = 18;
