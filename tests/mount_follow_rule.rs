@@ -166,6 +166,7 @@ fn read_whole(file: &std::fs::File) -> Vec<u8> {
 /// What a fresh open of `path` reads, with its inode, taken twice so that a
 /// view changing in between is retried rather than blamed on a descriptor.
 fn fresh(path: &Path) -> (u64, Vec<u8>) {
+    let mut last = (0, 0, 0);
     for _ in 0..100 {
         let mut file = std::fs::File::open(path).expect("open fresh");
         let ino = file.metadata().expect("fstat").ino();
@@ -173,21 +174,41 @@ fn fresh(path: &Path) -> (u64, Vec<u8>) {
         file.read_to_end(&mut first).expect("read fresh");
         let again = std::fs::read(path).expect("read again");
         let len = file.metadata().expect("fstat").len();
-        if first == again && std::fs::metadata(path).expect("stat").ino() == ino {
-            assert_eq!(
-                len,
-                first.len() as u64,
-                "{}: fstat is the true size",
-                path.display()
-            );
+        if first == again
+            && len == first.len() as u64
+            && std::fs::metadata(path).expect("stat").ino() == ino
+        {
             return (ino, first);
         }
+        last = (first.len(), again.len(), len);
         std::thread::sleep(Duration::from_millis(50));
     }
     panic!(
-        "{}: two opens never read the same bytes within 5 s",
-        path.display()
+        "{}: two opens and fstat never agreed within 5 s (last: read {}, read {}, fstat {})",
+        path.display(),
+        last.0,
+        last.1,
+        last.2
     );
+}
+
+/// What the held descriptor reads and its `fstat` size, with a fresh open of
+/// its path taken after them. A control file shows its status as of each
+/// read, and that moves on its own (a fork's write-behind lands): a
+/// disagreement is retried, and only one that lasts is returned.
+fn settled(path: &Path, held: &Held) -> (Vec<u8>, u64, u64, Vec<u8>) {
+    let mut attempt = 0;
+    loop {
+        let read = read_whole(&held.file);
+        let size = held.file.metadata().expect("fstat held").len();
+        let (ino, now) = fresh(path);
+        let agrees = size == read.len() as u64 && (ino != held.ino || read == now);
+        attempt += 1;
+        if agrees || attempt == 100 {
+            return (read, size, ino, now);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Opens every generated file the directory shows.
@@ -215,9 +236,7 @@ fn check_rule(dir: &Path, step: &str, held: &mut Vec<Held>) {
     let mut reopened = Vec::new();
     for h in held.iter_mut() {
         let path = dir.join(h.name);
-        let (ino, now) = fresh(&path);
-        let read = read_whole(&h.file);
-        let size = h.file.metadata().expect("fstat held").len();
+        let (read, size, ino, now) = settled(&path, h);
         assert_eq!(
             size,
             read.len() as u64,

@@ -28,11 +28,20 @@ struct Pending {
     events: Vec<JsonMap>,
 }
 
+/// A session taken from the queue and being written: still pending for
+/// `status`, `is_pending` and a flush's lineage until it is durable.
+struct InFlight {
+    id: String,
+    events: usize,
+    parent: Option<String>,
+}
+
 #[derive(Default)]
 struct State {
     queue: VecDeque<Pending>,
     deadline: Option<Instant>,
-    writing: bool,
+    /// The batch being written with the lock released; empty when none is.
+    in_flight: Vec<InFlight>,
     /// After a background failure automatic retries pause until the next
     /// submission or an explicit flush, as the Harness does.
     paused: bool,
@@ -130,7 +139,7 @@ impl Writeback {
                 return;
             }
             match state.deadline {
-                Some(deadline) if !state.writing && !state.paused => {
+                Some(deadline) if state.in_flight.is_empty() && !state.paused => {
                     let now = Instant::now();
                     if now >= deadline {
                         state.deadline = None;
@@ -160,7 +169,14 @@ impl Writeback {
         if batch.is_empty() {
             return (state, WriteOutcome::default());
         }
-        state.writing = true;
+        state.in_flight = batch
+            .iter()
+            .map(|p| InFlight {
+                id: p.header.id.clone(),
+                events: p.events.len(),
+                parent: p.header.parent_session.clone(),
+            })
+            .collect();
         drop(state);
         let mut failed = Vec::new();
         let mut first_error = None;
@@ -186,12 +202,13 @@ impl Writeback {
             }
             self.memory.remove(&header.id);
             let mut state = self.lock();
+            state.in_flight.retain(|f| f.id != header.id);
             state
                 .durable
                 .insert(header.id, (count.saturating_sub(1), header.parent_session));
         }
         let mut state = self.lock();
-        state.writing = false;
+        state.in_flight.clear();
         for pending in failed.into_iter().rev() {
             state.queue.push_front(pending);
         }
@@ -222,7 +239,7 @@ impl Writeback {
     }
 
     fn wait_for_writes<'a>(&'a self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        while state.writing {
+        while !state.in_flight.is_empty() {
             state = sync::wait(&self.wake, state);
         }
         state
@@ -245,7 +262,11 @@ impl Writeback {
                 .queue
                 .iter()
                 .map(|p| (p.header.id.clone(), p.header.parent_session.clone()));
-            durable.chain(pending).collect()
+            let in_flight = state
+                .in_flight
+                .iter()
+                .map(|f| (f.id.clone(), f.parent.clone()));
+            durable.chain(pending).chain(in_flight).collect()
         };
         let descends = |id: &str| {
             let mut seen = BTreeSet::new();
@@ -322,7 +343,8 @@ impl Writeback {
 
     /// True while `id` is accepted but not durable yet.
     pub fn is_pending(&self, id: &str) -> bool {
-        self.lock().queue.iter().any(|p| p.header.id == id)
+        let state = self.lock();
+        state.queue.iter().any(|p| p.header.id == id) || state.in_flight.iter().any(|f| f.id == id)
     }
 
     /// The status shown by `cat flush`: what a flush of `scope` would write, what
@@ -331,22 +353,26 @@ impl Writeback {
         let covered = self.covered(scope);
         let in_scope = |id: &str| covered.as_ref().is_none_or(|ids| ids.contains(id));
         let state = self.lock();
-        let pending: Vec<&Pending> = state
-            .queue
+        // Oldest first: the batch being written, then the queue.
+        let pending: Vec<(&str, usize)> = state
+            .in_flight
             .iter()
-            .filter(|p| in_scope(&p.header.id))
+            .map(|f| (f.id.as_str(), f.events))
+            .chain(
+                state
+                    .queue
+                    .iter()
+                    .map(|p| (p.header.id.as_str(), p.events.len())),
+            )
+            .filter(|(id, _)| in_scope(id))
             .collect();
         let mut out = format!(
             "pending: {} session(s), {} event(s)\n",
             pending.len(),
-            pending.iter().map(|p| p.events.len()).sum::<usize>()
+            pending.iter().map(|(_, events)| events).sum::<usize>()
         );
-        for p in &pending {
-            out.push_str(&format!(
-                "pending-session: {} ({} events)\n",
-                p.header.id,
-                p.events.len()
-            ));
+        for (id, events) in &pending {
+            out.push_str(&format!("pending-session: {id} ({events} events)\n"));
         }
         for (id, (seq, _)) in state.durable.iter().filter(|(id, _)| in_scope(id)) {
             out.push_str(&format!("durable: {id} through seq {seq}\n"));
@@ -434,21 +460,58 @@ mod tests {
         writeback.submit(header("b"), Vec::new());
         assert!(writeback.is_pending("a"));
         let start = Instant::now();
-        // A batch leaves the queue before it is written: wait for the store.
-        while !(store.contains("a") && store.contains("b")) {
+        // A session stays pending until it is durable, in the store.
+        while writeback.is_pending("a") || writeback.is_pending("b") {
             assert!(
                 start.elapsed() < Duration::from_secs(2),
                 "the window never closed"
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert!(!writeback.is_pending("a") && !writeback.is_pending("b"));
+        assert!(store.contains("a") && store.contains("b"));
         assert_eq!(
             writeback.flush(FlushScope::Everything).ok().as_deref(),
             Some("nothing was pending; everything sessionfs wrote was already durable")
         );
         assert!(writeback.shutdown().is_empty());
         thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_session_being_written_is_still_pending_until_durable() {
+        let writeback = Writeback::new(
+            Arc::new(MemoryStore::default()),
+            Arc::new(MemoryStore::default()),
+            Duration::from_secs(60),
+        );
+        // The hook runs once a session's write returned and before it is
+        // recorded as durable: what `cat flush` shows at that moment.
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (observer, record) = (Arc::downgrade(&writeback), seen.clone());
+        writeback.set_durable_hook(Box::new(move |id, _| {
+            let writeback = observer.upgrade().expect("writeback");
+            let status = writeback.status(FlushScope::Everything);
+            record
+                .lock()
+                .unwrap()
+                .push((id.to_string(), writeback.is_pending(id), status));
+        }));
+        writeback.submit(header("a"), vec![JsonMap::new(); 3]);
+        writeback.submit(header("b"), Vec::new());
+        assert!(writeback.flush(FlushScope::Everything).is_ok());
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 2);
+        for (id, pending, status) in seen.iter() {
+            assert!(*pending, "{id} was not pending while being written");
+            assert!(
+                status.contains(&format!("pending-session: {id} (")),
+                "{id} vanished from the status while being written:\n{status}"
+            );
+        }
+        assert!(seen[0].2.starts_with("pending: 2 session(s), 3 event(s)\n"));
+        let after = writeback.status(FlushScope::Everything);
+        assert!(after.starts_with("pending: 0 session(s)"), "{after}");
+        assert!(after.contains("durable: a through seq 2\n"), "{after}");
     }
 
     fn child(id: &str, parent: &str) -> SessionHeader {
