@@ -1,7 +1,8 @@
 //! Stores on other hosts, through sshfs on loopback: a JSONL store followed by
 //! polling (appends, new and removed sessions, forks landing on the far side),
 //! and an SQLite store, which sessionfs mounts read-only there because SQLite's
-//! locking is not safe over a network file system.
+//! locking is not safe over a network file system; and two readers, each with
+//! its own sshfs mount of one store, forking from one parent at once.
 
 mod common;
 
@@ -116,4 +117,85 @@ fn an_sqlite_store_over_sshfs_is_mounted_read_only_and_says_why() {
     assert!(!status.contains("read-only"), "{status}");
     drop(mount);
     drop(remote);
+}
+
+#[test]
+fn two_readers_of_one_shared_store_fork_at_once_and_never_take_a_name_twice() {
+    let copy = store_copy("jsonl");
+    let sshd = Sshd::start();
+    // Two hosts: each its own sshfs mount of the store and its own sessionfs.
+    let remotes = [sshd.sshfs(&copy.path), sshd.sshfs(&copy.path)];
+    let mounts: Vec<Mount> = remotes
+        .iter()
+        .map(|remote| Mount::new(remote.path(), &["-o", "grace=600"]))
+        .collect();
+    let forks: Vec<_> = mounts
+        .iter()
+        .map(|m| session_dir(m.path(), "ledger-chat").join("fork"))
+        .collect();
+    // Both fork one name at the same moment: one takes it, the other is told.
+    let start = std::sync::Barrier::new(2);
+    let answers: Vec<std::io::Result<()>> = std::thread::scope(|scope| {
+        let start = &start;
+        let racers: Vec<_> = forks
+            .iter()
+            .map(|fork| {
+                scope.spawn(move || {
+                    start.wait();
+                    std::fs::write(fork, b"321 taken-once\n")
+                })
+            })
+            .collect();
+        racers
+            .into_iter()
+            .map(|r| r.join().expect("racer"))
+            .collect()
+    });
+    let taken: Vec<usize> = (0..2).filter(|&n| answers[n].is_ok()).collect();
+    assert_eq!(
+        taken.len(),
+        1,
+        "exactly one fork takes the name: {answers:?}"
+    );
+    let loser = 1 - taken[0];
+    let refused = answers[loser].as_ref().expect_err("refused");
+    assert_eq!(refused.raw_os_error(), Some(libc::EEXIST), "{refused}");
+    let status = std::fs::read_to_string(&forks[loser]).expect("cat fork");
+    assert!(status.contains("already exists"), "{status}");
+    // Both fork with default names at the same moment: both are kept.
+    std::thread::scope(|scope| {
+        let start = &start;
+        for fork in &forks {
+            scope.spawn(move || {
+                start.wait();
+                std::fs::write(fork, b"321\n").expect("fork with a default name");
+            });
+        }
+    });
+    for mount in &mounts {
+        std::fs::write(mount.path().join("flush"), b"\n").expect("flush");
+    }
+    // Each mount shows every child, the other's within the bound.
+    let children = |mount: &Mount| {
+        common::sorted_names(&session_dir(mount.path(), "ledger-chat").join("children"))
+    };
+    for mount in &mounts {
+        let took = within(SHOWS_WITHIN, "the other reader's children", || {
+            children(mount).len() == 3
+        });
+        eprintln!("the other reader's children shown after {took:?}");
+    }
+    assert_eq!(children(&mounts[0]), children(&mounts[1]));
+    drop(mounts);
+    drop(remotes);
+    // On the far side: three children, each written once and whole.
+    let local = Mount::new(&copy.path, &["-o", "grace=600"]);
+    let kids = children(&local);
+    assert_eq!(kids.len(), 3, "{kids:?}");
+    assert!(kids.contains(&"taken-once".to_string()), "{kids:?}");
+    for kid in &kids {
+        let names = common::event_names(&session_dir(local.path(), kid));
+        assert_eq!(names.len(), 322 + 1, "{kid}: {:?}", names.last());
+    }
+    drop(local);
 }

@@ -171,6 +171,12 @@ impl SessionFs {
                 "the child name {child_id:?} encodes to more than {NAME_MAX} bytes"
             )));
         }
+        // Taken in the store now: another sessionfs sharing it that forks the
+        // same name meets EEXIST here, not a failed write later.
+        self.store.reserve(&header).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => Error::Exists(e.to_string()),
+            _ => Error::io("cannot take the child's name in the store", &e),
+        })?;
         let listing = Listing::of(header.clone(), SessionKey::Row(child_id.clone()));
         // Served from memory, then in the table, then submitted: it may be
         // written at once (a root flush), and making it durable moves its

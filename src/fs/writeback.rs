@@ -338,6 +338,9 @@ impl Writeback {
         let mut state = self.lock();
         state.shutdown = true;
         self.wake.notify_all();
+        for pending in &state.queue {
+            self.store.release(&pending.header);
+        }
         state.queue.iter().map(|p| p.header.id.clone()).collect()
     }
 

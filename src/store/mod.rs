@@ -319,6 +319,17 @@ pub trait Writer {
     /// Fails with `AlreadyExists` when the id is taken anywhere in the store.
     fn create(&self, header: &SessionHeader, events: &[JsonMap]) -> std::io::Result<SessionKey>;
 
+    /// Takes `header.id` in the store for a session `create` will write later,
+    /// so that another process sharing the store that takes the same id is
+    /// refused with `AlreadyExists` at once. By default nothing is taken, and
+    /// `create`'s own check is the only one (SQLite's runs in its transaction).
+    fn reserve(&self, _header: &SessionHeader) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// Gives back the reservation of a session that will not be written.
+    fn release(&self, _header: &SessionHeader) {}
+
     /// Makes a crash repair durable as the Harness's own load does (spec §8.2,
     /// §10.5, §10.6, §11.5): the stored bytes after `keep` (a torn tail) are
     /// dropped and `tail` (events recovered from it, then the closers) is

@@ -198,3 +198,76 @@ fn a_fork_of_a_session_that_cannot_be_read_now_answers_the_stores_errno() {
         .write(fork, format!("{boundary} kid\n").as_bytes())
         .expect("forked once the store answers");
 }
+
+#[test]
+fn two_filesystems_sharing_a_store_never_take_one_name_twice() {
+    // Two hosts, each with its own sessionfs over one shared JSONL store.
+    let copy = common::store_copy("jsonl");
+    let host = || {
+        let store = sessionfs::store::open(&copy.path).expect("store");
+        SessionFs::new(store, config())
+    };
+    let (first, second) = (host(), host());
+    let fork_of = |fs: &SessionFs| {
+        let parent = fs.lookup(ROOT, "ledger-chat").expect("parent").ino;
+        fs.lookup(parent, "fork").expect("fork").ino
+    };
+    let (one, two) = (fork_of(&first), fork_of(&second));
+    first
+        .write(one, b"321 shared-name\n")
+        .expect("the first takes it");
+    // Refused at once, before either has written anything.
+    let refused = second.write(two, b"321 shared-name\n");
+    let Err(Error::Exists(reason)) = refused else {
+        panic!("{refused:?}")
+    };
+    assert!(
+        reason.contains("another process sharing this store"),
+        "{reason}"
+    );
+    // Children with default names never collide.
+    first.write(one, b"321\n").expect("fork");
+    second.write(two, b"321\n").expect("fork");
+    for fs in [&first, &second] {
+        fs.write(fs.lookup(ROOT, "flush").expect("flush").ino, b"\n")
+            .expect("flush");
+    }
+    let store = sessionfs::store::open(&copy.path).expect("store");
+    let forked: Vec<String> = store
+        .list()
+        .into_iter()
+        .filter(|listing| {
+            listing
+                .header
+                .as_ref()
+                .is_ok_and(|h| h.parent_session.as_deref() == Some("ledger-chat"))
+        })
+        .map(|listing| listing.id)
+        .collect();
+    assert_eq!(forked.len(), 3, "{forked:?}");
+    assert!(forked.contains(&"shared-name".to_string()), "{forked:?}");
+    assert_eq!(
+        forked
+            .iter()
+            .filter(|id| id.starts_with("session-"))
+            .count(),
+        2,
+        "{forked:?}"
+    );
+}
+
+#[test]
+fn a_child_never_written_gives_its_name_back_at_unmount() {
+    let world = World::new(1, usize::MAX, config());
+    let boundary = first_of(&world.events, "turn/end");
+    world
+        .fs
+        .write(
+            world.file(&name(0), "fork"),
+            format!("{boundary} kid\n").as_bytes(),
+        )
+        .expect("fork");
+    world.calls.refuse_writes.store(true, Ordering::Relaxed);
+    assert_eq!(world.fs.writeback().shutdown(), vec!["kid".to_string()]);
+    assert_eq!(*world.calls.given_back.lock().unwrap(), vec!["kid"]);
+}

@@ -52,6 +52,10 @@ struct Calls {
     released: Condvar,
     /// Called with each session the store is asked to write, before it is.
     before_create: Mutex<Option<CreateHook>>,
+    /// Makes every write into the store fail, as a full disk would.
+    refuse_writes: std::sync::atomic::AtomicBool,
+    /// The sessions whose reservation in the store was given back.
+    given_back: Mutex<Vec<String>>,
 }
 
 type CreateHook = Box<dyn Fn(&SessionHeader) + Send + Sync>;
@@ -177,7 +181,23 @@ impl Writer for Counted {
         if let Some(hook) = &*self.calls.before_create.lock().unwrap() {
             hook(header);
         }
+        if self.calls.refuse_writes.load(Ordering::Relaxed) {
+            return Err(std::io::Error::other("the store refuses writes"));
+        }
         self.inner.create(header, events)
+    }
+
+    fn reserve(&self, header: &SessionHeader) -> std::io::Result<()> {
+        self.inner.reserve(header)
+    }
+
+    fn release(&self, header: &SessionHeader) {
+        self.calls
+            .given_back
+            .lock()
+            .unwrap()
+            .push(header.id.clone());
+        self.inner.release(header)
     }
 
     fn repair(

@@ -35,16 +35,22 @@ impl JsonlStore {
         self.new_encoding.get().copied().unwrap_or(Encoding::Zstd)
     }
 
+    /// A new session's project directory and its own directory inside it.
+    fn new_session_dirs(&self, header: &SessionHeader) -> io::Result<(PathBuf, PathBuf)> {
+        let segment = encode_segment(&header.id)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty session id"))?;
+        let project = self.root.join(project_dir(header.cwd.as_deref()));
+        let session_dir = project.join(&segment);
+        Ok((project, session_dir))
+    }
+
     fn materialise(
         &self,
         header: &SessionHeader,
         events: &[JsonMap],
         zstd: bool,
     ) -> io::Result<PathBuf> {
-        let segment = encode_segment(&header.id)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty session id"))?;
-        let project = self.root.join(project_dir(header.cwd.as_deref()));
-        let session_dir = project.join(&segment);
+        let (project, session_dir) = self.new_session_dirs(header)?;
         make_private_dir(&project, &self.root)?;
         make_private_dir(&session_dir, &project)?;
         let final_path = session_dir.join(if zstd { ZSTD_NAME } else { RAW_NAME });
@@ -88,6 +94,8 @@ impl JsonlStore {
         let _ = std::fs::remove_file(&tmp);
         linked?;
         File::open(&session_dir)?.sync_all()?;
+        // The session's directory may be a reservation made without a sync.
+        File::open(&project)?.sync_all()?;
         Ok(final_path)
     }
 }
@@ -149,6 +157,33 @@ impl Writer for JsonlStore {
         self.materialise(header, events, zstd).map(SessionKey::File)
     }
 
+    /// The session's directory, made now with `mkdir`, which the store's file
+    /// system does atomically even over sshfs or NFS: of two processes that
+    /// fork one name into a shared store, the second is refused here.
+    fn reserve(&self, header: &SessionHeader) -> io::Result<()> {
+        let (project, session_dir) = self.new_session_dirs(header)?;
+        make_private_dir(&project, &self.root)?;
+        match std::fs::DirBuilder::new().mode(0o700).create(&session_dir) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} already exists: a session of that id is being written by another \
+                     process sharing this store, or one that was killed left the directory \
+                     (if it is empty and nothing writes it, rmdir it)",
+                    session_dir.display()
+                ),
+            )),
+            other => other,
+        }
+    }
+
+    fn release(&self, header: &SessionHeader) {
+        // Only an empty directory goes: a log written there by anyone stays.
+        if let Ok((_, session_dir)) = self.new_session_dirs(header) {
+            let _ = std::fs::remove_dir(session_dir);
+        }
+    }
+
     fn repair(
         &self,
         key: &SessionKey,
@@ -193,5 +228,32 @@ impl Writer for JsonlStore {
             batch
         };
         append_durably(path, &bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reservation_takes_the_name_once_and_only_an_empty_one_is_given_back() {
+        let root = std::env::temp_dir().join(format!("sessionfs-reserve-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let store = JsonlStore::open(&root).unwrap();
+        let header = SessionHeader::new("kid", 1);
+        store.reserve(&header).unwrap();
+        let again = store.reserve(&header).unwrap_err();
+        assert_eq!(again.kind(), io::ErrorKind::AlreadyExists, "{again}");
+        // The reservation is no session, and its owner writes into it.
+        assert!(!store.contains("kid") && store.list().is_empty());
+        store.create(&header, &[]).unwrap();
+        store.release(&header);
+        assert!(store.contains("kid"), "a written log is never given back");
+        let other = SessionHeader::new("other", 1);
+        store.reserve(&other).unwrap();
+        store.release(&other);
+        store.reserve(&other).expect("given back, so free again");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }
