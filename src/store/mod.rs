@@ -111,6 +111,12 @@ impl Revision {
         let artifact = |r: &Revision| r.0.split_once(':').map(|(a, _)| a.to_string());
         artifact(self).is_some() && artifact(self) == artifact(other)
     }
+
+    /// The same artifact in a state no store ever answers: recorded after a
+    /// read that ended short of the stated size, so the next refresh reads on.
+    pub fn unsettled(&self) -> Revision {
+        Revision(format!("{}:short-read", self.0))
+    }
 }
 
 /// Where one logical event is stored, so it can be read again alone.
@@ -152,6 +158,10 @@ pub enum ScanEnd {
         /// Where the torn tail starts, as messages say it (`byte 1234 (...)`, `seq 41`).
         at: String,
     },
+    /// Every byte read was accepted, but the file ended before the size its
+    /// file system stated for it: rclone's cache can serve a file's old bytes
+    /// beside its new size. The next refresh reads on.
+    ShortRead,
 }
 
 /// How a checkpoint after a flush went: whether the store's main file now holds

@@ -75,6 +75,8 @@ pub struct Indexed {
     /// later scan will read again: the next change then re-reads from the start.
     pub(super) resumable: bool,
     pub(super) torn: Option<String>,
+    /// The last scan ended before the size the store's file system stated.
+    pub(super) read_short: bool,
     pub(super) events: Vec<EventMeta>,
     pub(super) types: Vec<String>,
     /// Each type's part of an event file name, encoded once.
@@ -122,6 +124,7 @@ impl Indexed {
             point: ScanPoint::default(),
             resumable: true,
             torn: None,
+            read_short: false,
             events: Vec::new(),
             types: Vec::new(),
             type_parts: Vec::new(),
@@ -220,8 +223,9 @@ impl Indexed {
         let (point, end) = source.backend.scan(&source.key, &self.point, &mut sink)?;
         self.point = point;
         self.resumable = self.events.len() as u64 == self.point.events;
+        self.read_short = end == ScanEnd::ShortRead;
         self.torn = match end {
-            ScanEnd::Complete => None,
+            ScanEnd::Complete | ScanEnd::ShortRead => None,
             ScanEnd::Torn { at } => Some(at),
         };
         Ok(())

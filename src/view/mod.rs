@@ -319,6 +319,7 @@ impl SessionView {
             let from = resumed.point.clone();
             match resumed.extend(&self.source, progress) {
                 Ok(()) => {
+                    self.unsettle_after_short_read(&resumed);
                     if resumed.point != from {
                         resumed.shrink();
                         self.unsaved = true;
@@ -337,6 +338,7 @@ impl SessionView {
         match indexed.extend(&self.source, progress) {
             Ok(()) => {
                 indexed.shrink();
+                self.unsettle_after_short_read(&indexed);
                 self.keep(&indexed);
                 self.unsaved = false;
                 State::Indexed(indexed)
@@ -350,6 +352,14 @@ impl SessionView {
                     external: false,
                 }))
             }
+        }
+    }
+
+    /// After a read that ended short of the size the store stated, the view
+    /// records a revision no store answers, so the next refresh reads on.
+    fn unsettle_after_short_read(&mut self, indexed: &Indexed) {
+        if indexed.read_short {
+            self.revision = self.revision.as_ref().map(Revision::unsettled);
         }
     }
 
@@ -499,6 +509,11 @@ impl SessionView {
             };
             if continued {
                 self.revision = revision;
+                if let State::Indexed(indexed) = &self.state
+                    && indexed.read_short
+                {
+                    self.revision = self.revision.as_ref().map(Revision::unsettled);
+                }
             } else {
                 let rebuilt = self.rebuild(None);
                 let previous = std::mem::replace(&mut self.state, rebuilt);
@@ -654,43 +669,4 @@ fn with_location(reason: Refusal, key: &SessionKey) -> Refusal {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::memory::MemoryStore;
-
-    fn turn(seq: u64, turn: u64, text: &str) -> Vec<JsonMap> {
-        [
-            serde_json::json!({"type": "turn/start", "seq": seq, "time": 1, "data": {"turn": turn}}),
-            serde_json::json!({"type": "step/start", "seq": seq + 1, "time": 2, "data": {"turn": turn, "step": 1}}),
-            serde_json::json!({"type": "user/message", "seq": seq + 2, "time": 3, "data": {"content": [{"type": "text", "text": text}], "source": {"kind": "user"}, "role": "user", "id": format!("u{seq}")}, "surfaceOp": "append"}),
-            serde_json::json!({"type": "step/end", "seq": seq + 3, "time": 4, "data": {"turn": turn, "step": 1}}),
-            serde_json::json!({"type": "turn/end", "seq": seq + 4, "time": 5, "data": {"turn": turn, "reason": {"kind": "completed"}}}),
-        ]
-        .into_iter()
-        .map(|v| v.as_object().cloned().unwrap())
-        .collect()
-    }
-
-    fn indexed(events: Vec<JsonMap>) -> Box<Indexed> {
-        let store = MemoryStore::default();
-        let header = SessionHeader::new("s", 1);
-        store.insert(header.clone(), events);
-        let source = SessionSource::new(Arc::new(store), SessionKey::Row("s".into()));
-        match SessionView::open(source, "s", None, Duration::from_secs(60), None, None).state {
-            State::Indexed(indexed) => indexed,
-            State::Unreadable(u) => panic!("{}", u.reason.message()),
-        }
-    }
-
-    #[test]
-    fn a_reread_keeps_the_transcript_lineage_only_when_it_extends_the_old_one() {
-        let first = indexed(turn(0, 1, "hello"));
-        let mut grown = indexed([turn(0, 1, "hello"), turn(5, 2, "more")].concat());
-        grown.succeed(&first);
-        assert_eq!(grown.transcript_lineage, first.transcript_lineage);
-        assert_ne!(grown.lineage, first.lineage);
-        let mut rewritten = indexed(turn(0, 1, "goodbye"));
-        rewritten.succeed(&first);
-        assert_ne!(rewritten.transcript_lineage, first.transcript_lineage);
-    }
-}
+mod tests;

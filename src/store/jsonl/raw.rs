@@ -85,10 +85,18 @@ impl JsonlStore {
             offset,
             ..from.clone()
         };
+        let stated = reader
+            .get_ref()
+            .metadata()
+            .map_err(|e| io_refusal(path, e))?
+            .len();
         let mut position = offset;
         let mut consume = |item: RawLine| -> ControlFlow<Result<ScanEnd, Refusal>> {
             let decoded = match item {
                 RawLine::Decoded { len, decoded } => (len, decoded),
+                RawLine::End if position < stated => {
+                    return ControlFlow::Break(Ok(ScanEnd::ShortRead));
+                }
                 RawLine::End => return ControlFlow::Break(Ok(ScanEnd::Complete)),
                 RawLine::Partial => {
                     return ControlFlow::Break(Ok(ScanEnd::Torn {
@@ -127,12 +135,7 @@ impl JsonlStore {
             }
             ControlFlow::Continue(())
         };
-        let unread = reader
-            .get_ref()
-            .metadata()
-            .map_err(|e| io_refusal(path, e))?
-            .len()
-            .saturating_sub(offset);
+        let unread = stated.saturating_sub(offset);
         let end = if unread < DECODE_AHEAD_BYTES {
             loop {
                 if let ControlFlow::Break(end) = consume(RawLine::next(&mut reader)) {

@@ -58,11 +58,8 @@ impl JsonlStore {
         }
         file.seek(SeekFrom::Start(here))
             .map_err(|e| io_refusal(path, e))?;
-        let unread = file
-            .metadata()
-            .map_err(|e| io_refusal(path, e))?
-            .len()
-            .saturating_sub(here);
+        let stated = file.metadata().map_err(|e| io_refusal(path, e))?.len();
+        let unread = stated.saturating_sub(here);
         let mut scanner = LineScanner {
             tail: TailScanner::strict(from.events),
             line_number: from.plain,
@@ -110,6 +107,7 @@ impl JsonlStore {
         };
         match read {
             Frames::Stopped(refusal) => Err(refusal),
+            Frames::Ended(FramesEnd::End) if here < stated => Ok((committed, ScanEnd::ShortRead)),
             Frames::Ended(FramesEnd::End) => Ok((committed, ScanEnd::Complete)),
             Frames::Ended(FramesEnd::Corrupt(why)) => Err(corrupt(
                 path,
