@@ -248,6 +248,10 @@ impl Catalog for JsonlStore {
         // a second change: a file system with times in whole seconds (sshfs)
         // gives a session made and removed within one second the same mtime.
         // While one is that recent, every revision differs ("racy git").
+        //
+        // On a network or FUSE store the names are digested too (a readdir
+        // per directory instead of a stat): rclone never moves a directory's
+        // time once it has listed it.
         static RACY: AtomicUsize = AtomicUsize::new(0);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -258,6 +262,9 @@ impl Catalog for JsonlStore {
             let meta = std::fs::symlink_metadata(path).ok()?;
             racy |= meta.mtime() >= now - 2;
             revision.push_str(&format!("{}.{};", meta.mtime(), meta.mtime_nsec()));
+            if self.names_in_revision {
+                revision.push_str(&format!("{:x};", names_digest(path)?));
+            }
             Some(())
         };
         add(&self.root)?;
@@ -365,6 +372,22 @@ impl Kinds {
     }
 }
 
+/// A digest of a directory's entry names, in sorted order.
+fn names_digest(dir: &Path) -> Option<u64> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    names.sort();
+    let mut digest = crate::digest::Fnv::default();
+    for name in &names {
+        digest.write(name.as_encoded_bytes());
+        digest.write(b"/");
+    }
+    Some(digest.finish())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +427,37 @@ mod tests {
             std::fs::File::open(dir).unwrap().set_modified(old).unwrap();
         }
         assert_eq!(store.listing_revision(), store.listing_revision());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn on_a_remote_store_a_session_added_under_a_directory_whose_time_stays_put_is_seen() {
+        let root = std::env::temp_dir().join(format!("sessionfs-names-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let project = root.join("_no-cwd");
+        std::fs::create_dir_all(project.join("first")).unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        let age = |dirs: &[&Path]| {
+            for dir in dirs {
+                std::fs::File::open(dir).unwrap().set_modified(old).unwrap();
+            }
+        };
+        age(&[&root, &project]);
+        let mut store = JsonlStore::open(&root).unwrap();
+        let by_times = store.listing_revision();
+        store.names_in_revision = true;
+        let by_names = store.listing_revision();
+        // rclone: a session directory made, and the project's time as it was.
+        std::fs::create_dir(project.join("second")).unwrap();
+        age(&[&project]);
+        assert_ne!(store.listing_revision(), by_names);
+        store.names_in_revision = false;
+        assert_eq!(store.listing_revision(), by_times, "times alone miss it");
+        store.names_in_revision = true;
+        let with_names = store.listing_revision();
+        std::fs::remove_dir(project.join("second")).unwrap();
+        age(&[&project]);
+        assert_ne!(store.listing_revision(), with_names, "and its removal");
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

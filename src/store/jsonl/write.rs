@@ -1,5 +1,6 @@
 //! Writing into a JSONL root: fork children materialised atomically (a
-//! private temp file hard-linked into place, spec §10.8), and crash repairs
+//! private temp file hard-linked into place, spec §10.8, or renamed where the
+//! store has no hard links, never over a file), and crash repairs
 //! appended as a durable batch.
 
 use std::fs::{File, OpenOptions};
@@ -89,14 +90,72 @@ impl JsonlStore {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
-        // A hard link, never a rename: it fails if something got there first.
-        let linked = std::fs::hard_link(&tmp, &final_path);
-        let _ = std::fs::remove_file(&tmp);
-        linked?;
+        let placed = place_without_replacing(&tmp, &final_path);
+        if placed.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        placed?;
         File::open(&session_dir)?.sync_all()?;
         // The session's directory may be a reservation made without a sync.
         File::open(&project)?.sync_all()?;
         Ok(final_path)
+    }
+}
+
+/// Gives the written `tmp` its final name, never replacing a file there.
+fn place_without_replacing(tmp: &Path, final_path: &Path) -> io::Result<()> {
+    // A hard link fails if something got there first.
+    match std::fs::hard_link(tmp, final_path) {
+        Ok(()) => return std::fs::remove_file(tmp),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Err(e),
+        // Many FUSE and network stores have no hard links (rclone answers EIO).
+        Err(_) => {}
+    }
+    match rename_no_replace(tmp, final_path) {
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)
+            ) =>
+        {
+            // No exclusive rename either (rclone). The session's directory was
+            // made by this process's reservation, so nothing else writes there:
+            // checking first, then renaming, replaces nothing.
+            if std::fs::symlink_metadata(final_path).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} already exists", final_path.display()),
+                ));
+            }
+            std::fs::rename(tmp, final_path)
+        }
+        other => other,
+    }
+}
+
+/// `renameat2(RENAME_NOREPLACE)`: fails with EEXIST if `to` exists.
+fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let path = |p: &Path| {
+        CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a path"))
+    };
+    let (from, to) = (path(from)?, path(to)?);
+    // SAFETY: both are NUL-terminated paths that outlive the call.
+    let answer = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if answer == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -255,5 +314,23 @@ mod tests {
         store.release(&other);
         store.reserve(&other).expect("given back, so free again");
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn an_exclusive_rename_never_replaces_a_file() {
+        let dir = std::env::temp_dir().join(format!("sessionfs-rename-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (from, to) = (dir.join("from"), dir.join("to"));
+        std::fs::write(&from, b"new").unwrap();
+        std::fs::write(&to, b"theirs").unwrap();
+        let refused = rename_no_replace(&from, &to).unwrap_err();
+        assert_eq!(refused.raw_os_error(), Some(libc::EEXIST));
+        assert_eq!(std::fs::read(&to).unwrap(), b"theirs");
+        std::fs::remove_file(&to).unwrap();
+        rename_no_replace(&from, &to).unwrap();
+        assert_eq!(std::fs::read(&to).unwrap(), b"new");
+        assert!(!from.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
