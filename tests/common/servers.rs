@@ -1,7 +1,8 @@
 //! Servers the remote-store tests need, on 127.0.0.1 only: an `sshd` with a
 //! throwaway host key, user key and config of its own, and `sshfs` mounts
-//! through it. Each is a guard: dropped, it unmounts or stops what it started,
-//! even when the test fails.
+//! through it; `rclone serve sftp` and an `rclone mount` of it. Each is a
+//! guard: dropped, it unmounts or stops what it started, even when the test
+//! fails.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -16,6 +17,41 @@ pub fn have_ssh_tools() -> bool {
     ["/usr/sbin/sshd", "/usr/bin/sshfs", "/usr/bin/ssh-keygen"]
         .iter()
         .all(|tool| Path::new(tool).exists())
+}
+
+/// A free port of 127.0.0.1, released just before a server binds it.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Waits until something listens on `port`, or fails with `log`'s text.
+fn await_listening(port: u16, what: &str, log: &Path) {
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{what} did not listen on {port}: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Unmounts `point`, retrying while it is busy, lazily at last.
+fn unmount(point: &Path) {
+    for _ in 0..50 {
+        if !is_mounted(point) {
+            return;
+        }
+        let _ = Command::new("umount").arg(point).status();
+        if is_mounted(point) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let _ = Command::new("umount").arg("-l").arg(point).status();
 }
 
 /// An `sshd` serving SFTP on a free port of 127.0.0.1 to root, by key only.
@@ -48,11 +84,7 @@ impl Sshd {
         keygen(&user_key);
         let authorized = dir.path().join("authorized_keys");
         std::fs::copy(user_key.with_extension("pub"), &authorized).expect("authorized_keys");
-        // A free port, released just before sshd binds it.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = free_port();
         let config = dir.path().join("sshd_config");
         std::fs::write(
             &config,
@@ -79,15 +111,7 @@ impl Sshd {
             .stderr(std::fs::File::create(dir.path().join("sshd.log")).expect("log"))
             .spawn()
             .expect("sshd");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "sshd did not listen on {port}: {}",
-                std::fs::read_to_string(dir.path().join("sshd.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        await_listening(port, "sshd", &dir.path().join("sshd.log"));
         Sshd { dir, port, child }
     }
 
@@ -139,16 +163,147 @@ impl Sshfs {
 
 impl Drop for Sshfs {
     fn drop(&mut self) {
-        let point = self.point.path();
-        for _ in 0..50 {
-            if !is_mounted(point) {
-                return;
+        unmount(self.point.path());
+    }
+}
+
+/// True when rclone is installed (`.ci/run` installs it).
+pub fn have_rclone() -> bool {
+    Command::new("rclone")
+        .arg("version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The flags that make a store behind `rclone mount` live for sessionfs:
+/// directory listings and attributes kept at most a second (the defaults keep
+/// listings for five minutes). The VFS cache stays off (the default): with
+/// `--vfs-cache-mode writes` rclone uploads a closed file later, so a fork
+/// child would not be on the remote when `flush` returns.
+pub const RCLONE_LIVE_FLAGS: [&str; 6] = [
+    "--dir-cache-time",
+    "1s",
+    "--attr-timeout",
+    "1s",
+    "--vfs-cache-mode",
+    "off",
+];
+
+/// `rclone serve sftp` of a directory on a free port of 127.0.0.1, with a
+/// throwaway password, host key, config and cache of its own.
+pub struct RcloneSftp {
+    dir: TempDir,
+    port: u16,
+    child: Child,
+}
+
+impl RcloneSftp {
+    pub fn serve(root: &Path) -> RcloneSftp {
+        assert!(have_rclone(), "rclone is needed (.ci/run installs it)");
+        let dir = TempDir::new("rclone");
+        let port = free_port();
+        let log = dir.path().join("serve.log");
+        let child = Command::new("rclone")
+            .args(["serve", "sftp"])
+            .arg(root)
+            .args(["--addr", &format!("127.0.0.1:{port}")])
+            .args(["--user", "sessionfs", "--pass", "loopback-only"])
+            // The server's own view of the directory is cached like a mount's
+            // (listings for 5 minutes by default); a far side that is a
+            // plain SSH server has no such cache.
+            .args(["--dir-cache-time", "1s"])
+            .envs(rclone_env(dir.path()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("rclone serve sftp");
+        await_listening(port, "rclone serve sftp", &log);
+        RcloneSftp { dir, port, child }
+    }
+
+    /// `rclone mount` of the served directory at a new mount point, with
+    /// [`RCLONE_LIVE_FLAGS`] and `extra`.
+    pub fn mount(&self, extra: &[&str]) -> RcloneMount {
+        let point = TempDir::new("rclone-mount");
+        let obscured = Command::new("rclone")
+            .args(["obscure", "loopback-only"])
+            .envs(rclone_env(self.dir.path()))
+            .output()
+            .expect("rclone obscure");
+        let pass = String::from_utf8(obscured.stdout).expect("utf-8");
+        let remote = format!(
+            ":sftp,host=127.0.0.1,port={},user=sessionfs,pass={}:",
+            self.port,
+            pass.trim()
+        );
+        let child = Command::new("rclone")
+            .arg("mount")
+            .arg(remote)
+            .arg(point.path())
+            .args(RCLONE_LIVE_FLAGS)
+            .args(extra)
+            .args(["--cache-dir"])
+            .arg(self.dir.path().join("vfs"))
+            .envs(rclone_env(self.dir.path()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.path().join("mount.log")).expect("log"))
+            .spawn()
+            .expect("rclone mount");
+        let mut mounted = RcloneMount { point, child };
+        let started = Instant::now();
+        while !is_mounted(mounted.point.path()) {
+            if let Ok(Some(status)) = mounted.child.try_wait() {
+                panic!(
+                    "rclone mount exited ({status}): {}",
+                    std::fs::read_to_string(self.dir.path().join("mount.log")).unwrap_or_default()
+                );
             }
-            let _ = Command::new("umount").arg(point).status();
-            if is_mounted(point) {
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "rclone mount did not mount"
+            );
+            std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = Command::new("umount").arg("-l").arg(point).status();
+        mounted
+    }
+}
+
+/// rclone's config and caches kept in `dir`, never in the user's home.
+fn rclone_env(dir: &Path) -> [(&'static str, PathBuf); 3] {
+    [
+        ("RCLONE_CONFIG", dir.join("rclone.conf")),
+        ("XDG_CACHE_HOME", dir.join("cache")),
+        ("XDG_CONFIG_HOME", dir.join("config")),
+    ]
+}
+
+impl Drop for RcloneSftp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An `rclone mount`; unmounted and its process ended when dropped.
+pub struct RcloneMount {
+    point: TempDir,
+    child: Child,
+}
+
+impl RcloneMount {
+    pub fn path(&self) -> &Path {
+        self.point.path()
+    }
+}
+
+impl Drop for RcloneMount {
+    fn drop(&mut self) {
+        unmount(self.point.path());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
