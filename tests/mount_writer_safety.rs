@@ -80,7 +80,6 @@ fn markers(dir: &Path) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "not yet 0: 31 of 6,000 writer commits failed in a debug build at load average 5 (issue 25)"]
 fn forks_flushed_into_a_live_sqlite_store_never_fail_the_harness_writes() {
     let temp = TempDir::new("writer-safety");
     let db = big_store(temp.path());
