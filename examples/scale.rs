@@ -17,7 +17,10 @@
 //! - peak RSS of sessionfs after the listing, and per session;
 //! - warm `ls by-project/*` against warm `ls` of the root (the same links,
 //!   grouped), and `cat sessions.jsonl` with the peak RSS after it;
-//! - (largest store) idle CPU over 20 s after 10,000 sessions were read.
+//! - (largest store) idle CPU over 20 s after 10,000 sessions were read;
+//! - (stores of 10,000 and more) the same with `-o poll`, as on a network or
+//!   FUSE store, after 1,000 sessions were read: polling costs what the
+//!   sessions in use cost, so it must not grow with the store.
 //!
 //! Must run as root (it mounts). Stores are cached under `--dir`.
 
@@ -212,6 +215,7 @@ struct Row {
     catalog_bytes: u64,
     catalog_rss: u64,
     idle: Option<(f64, f64)>,
+    poll_idle: Option<(f64, f64)>,
 }
 
 /// The fastest of three runs of a shell script.
@@ -283,13 +287,14 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
 
     let idle = (size >= 10_000).then(|| {
         time_sh(&cat_script(&options.dir, &mnt, size, 10_000, "read"));
-        std::thread::sleep(Duration::from_secs(1));
-        let before = mount.cpu_seconds();
-        std::thread::sleep(Duration::from_secs_f64(options.idle));
-        let used = mount.cpu_seconds() - before;
-        (used, used / options.idle * 100.0)
+        idle_cpu(&mount, options.idle)
     });
     mount.finish();
+    let poll_idle = (size >= 10_000).then(|| {
+        let mount = Mount::new(binary, &root, &mnt, "poll,noindex", &log);
+        time_sh(&cat_script(&options.dir, &mnt, size, CATS, "polled"));
+        idle_cpu(&mount, options.idle)
+    });
     // The first mount saved the headers it read as it ended.
     let mount = Mount::new(binary, &root, &mnt, &index_option, &log);
     let (remount_ls, out) = time_sh(&format!("ls -l {} | wc -l", quote(&mnt)));
@@ -311,7 +316,18 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
         catalog_bytes,
         catalog_rss,
         idle,
+        poll_idle,
     }
+}
+
+/// The CPU `mount` uses over `seconds` of quiet, after a second to settle:
+/// the seconds and the percentage of one core.
+fn idle_cpu(mount: &Mount, seconds: f64) -> (f64, f64) {
+    std::thread::sleep(Duration::from_secs(1));
+    let before = mount.cpu_seconds();
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    let used = mount.cpu_seconds() - before;
+    (used, used / seconds * 100.0)
 }
 
 fn main() {
@@ -398,6 +414,14 @@ fn main() {
         if let Some((seconds, percent)) = r.idle {
             println!(
                 "idle CPU, {} sessions, after 10,000 were read: {seconds:.3} s over {:.0} s = {percent:.2}% of a core (target ≤ 0.5%)",
+                r.size, options.idle
+            );
+        }
+    }
+    for r in &rows {
+        if let Some((seconds, percent)) = r.poll_idle {
+            println!(
+                "idle CPU with -o poll, {} sessions, after 1,000 were read: {seconds:.3} s over {:.0} s = {percent:.2}% of a core (target ≤ 1%)",
                 r.size, options.idle
             );
         }

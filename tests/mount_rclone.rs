@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::follow::tail_follows;
+use common::follow::{new_and_removed_session_shows, tail_follows};
 use common::harness::{append_jsonl, session_home};
 use common::servers::RcloneSftp;
 use common::{Mount, session_dir, session_names, store_copy, within};
@@ -63,24 +63,9 @@ fn a_jsonl_store_through_rclone_is_read_followed_and_forked_into() {
     // tail -f follows turns appended on the far side.
     tail_follows(&dir.join("transcript.md"), &copy.path, events + 1);
     // A new session on the far side shows; a removed one goes.
-    let home = session_home(&copy.path, "release-notes");
-    let fresh = home.parent().expect("project").join("rclone-far-side");
-    std::fs::create_dir_all(&fresh).expect("mkdir");
-    let text = std::fs::read_to_string(home.join("session.jsonl")).expect("log");
-    std::fs::write(
-        fresh.join("session.jsonl"),
-        text.replacen("\"id\":\"release-notes\"", "\"id\":\"rclone-far-side\"", 1),
-    )
-    .expect("write");
-    let took = within(SHOWS_WITHIN, "the new session through rclone", || {
-        session_names(mount.path()).contains(&"rclone-far-side".to_string())
-    });
-    eprintln!("new session listed after {took:?}");
-    std::fs::remove_dir_all(&fresh).expect("remove");
-    let took = within(SHOWS_WITHIN, "the removed session gone", || {
-        !session_names(mount.path()).contains(&"rclone-far-side".to_string())
-    });
-    eprintln!("removed session gone after {took:?}");
+    let (listed, gone) =
+        new_and_removed_session_shows(&copy.path, mount.path(), "rclone-far-side", SHOWS_WITHIN);
+    eprintln!("new session listed after {listed:?}, removed gone after {gone:?}");
     // A fork through the mount lands on the far side, complete: rclone has
     // no hard links, so the child is renamed into place, never over a file.
     std::fs::write(dir.join("fork"), b"321 forked-through-rclone\n").expect("fork");

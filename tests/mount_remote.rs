@@ -8,10 +8,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::follow::tail_follows;
+use common::follow::{new_and_removed_session_shows, tail_follows};
 use common::harness::{append_jsonl, session_home};
 use common::servers::Sshd;
-use common::{Mount, session_dir, session_names, store_copy, within};
+use common::{Mount, session_dir, store_copy, within};
 use serde_json::json;
 
 /// Polling every 0.5 s, plus a second: the bound the issue sets.
@@ -36,23 +36,9 @@ fn a_jsonl_store_over_sshfs_is_followed_and_forked_into() {
     });
     eprintln!("append shown after {took:?}");
     // A new session on the far side shows; a removed one goes.
-    let home = session_home(&copy.path, "release-notes");
-    let fresh = home.parent().expect("project").join("far-side-new");
-    std::fs::create_dir_all(&fresh).expect("mkdir");
-    let text = std::fs::read_to_string(home.join("session.jsonl")).expect("log");
-    std::fs::write(
-        fresh.join("session.jsonl"),
-        text.replacen("\"id\":\"release-notes\"", "\"id\":\"far-side-new\"", 1),
-    )
-    .expect("write");
-    let took = within(SHOWS_WITHIN, "the new session over sshfs", || {
-        session_names(mount.path()).contains(&"far-side-new".to_string())
-    });
-    eprintln!("new session listed after {took:?}");
-    std::fs::remove_dir_all(&fresh).expect("remove");
-    within(SHOWS_WITHIN, "the removed session gone", || {
-        !session_names(mount.path()).contains(&"far-side-new".to_string())
-    });
+    let (listed, gone) =
+        new_and_removed_session_shows(&copy.path, mount.path(), "far-side-new", SHOWS_WITHIN);
+    eprintln!("new session listed after {listed:?}, removed gone after {gone:?}");
     // A fork through the mount lands on the far side, complete.
     std::fs::write(dir.join("fork"), b"321 forked-over-sshfs\n").expect("fork");
     std::fs::write(mount.path().join("flush"), b"\n").expect("flush");

@@ -1,12 +1,13 @@
-//! Following a file as `tail -f` does, while turns are appended to its
-//! session on the far side of whatever the store is reached through.
+//! Following a store from the far side of whatever it is reached through:
+//! a file as `tail -f` does while turns are appended to its session, and
+//! sessions made and removed there.
 
 use std::time::Duration;
 
 use serde_json::json;
 
-use super::harness::append_jsonl;
-use super::{TempDir, within};
+use super::harness::{append_jsonl, session_home};
+use super::{TempDir, session_names, within};
 
 /// One complete turn after `last`, whose user message says `needle`.
 pub fn turn(last: u64, turn: u64, needle: &str) -> Vec<serde_json::Value> {
@@ -79,4 +80,32 @@ pub fn tail_follows(transcript: &std::path::Path, store: &std::path::Path, event
         "tail's output equal to the file",
         || std::fs::read(transcript).is_ok_and(|file| file == tail.printed()),
     );
+}
+
+/// A session `id` made on the far side (a copy of `release-notes` in
+/// `store`), seen listed at `mount`, then removed and seen gone, each within
+/// `limit`. Returns how long each took.
+pub fn new_and_removed_session_shows(
+    store: &std::path::Path,
+    mount: &std::path::Path,
+    id: &str,
+    limit: Duration,
+) -> (Duration, Duration) {
+    let home = session_home(store, "release-notes");
+    let fresh = home.parent().expect("project").join(id);
+    std::fs::create_dir_all(&fresh).expect("mkdir");
+    let text = std::fs::read_to_string(home.join("session.jsonl")).expect("log");
+    std::fs::write(
+        fresh.join("session.jsonl"),
+        text.replacen("\"id\":\"release-notes\"", &format!("\"id\":\"{id}\""), 1),
+    )
+    .expect("write");
+    let listed = within(limit, "the new session listed", || {
+        session_names(mount).contains(&id.to_string())
+    });
+    std::fs::remove_dir_all(&fresh).expect("remove");
+    let gone = within(limit, "the removed session gone", || {
+        !session_names(mount).contains(&id.to_string())
+    });
+    (listed, gone)
 }
