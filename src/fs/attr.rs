@@ -3,8 +3,9 @@
 //! (`SessionFs::file`), control files included, so `cp`, `tar`,
 //! `rsync` and `mmap` copy exactly what `cat` shows.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
+use super::clock::time_of;
 use super::inode::{Ino, Lists, Node};
 use super::names::mount_name;
 use super::sessions::Slot;
@@ -16,17 +17,6 @@ use crate::view::SessionView;
 /// A directory readable by a class can also be searched by it.
 pub(super) fn dir_perm(read_bits: u16) -> u16 {
     read_bits | (read_bits >> 2)
-}
-
-/// A `SystemTime` in milliseconds since the Unix epoch (earlier times are 0).
-pub(super) fn ms_of(time: SystemTime) -> i64 {
-    time.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// A Unix time in milliseconds as a `SystemTime` (negative times are the epoch).
-pub(super) fn time_of(ms: i64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
 impl SessionFs {

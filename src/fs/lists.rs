@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use super::attr::{dir_perm, time_of};
+use super::attr::dir_perm;
+use super::clock::time_of;
 use super::groups::By;
 use super::inode::{Ino, Lists};
 use super::sessions::Slot;

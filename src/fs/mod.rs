@@ -12,7 +12,8 @@
 //! - [`control`]: the control files' one command grammar and the fork logs;
 //! - `handles`: open files and their snapshots;
 //! - [`writeback`]: making fork children durable;
-//! - leaves: [`inode`] (inode numbers), `names` (directory names).
+//! - leaves: [`inode`] (inode numbers), `names` (directory names), `clock`
+//!   (stored times as attribute times).
 //!
 //! The façade's requests are written by concern: this file (lookup, a file's
 //! bytes), `readdir` (listings), `attr` (getattr, readlink), `open` (open,
@@ -47,6 +48,7 @@
 mod attr;
 mod cache;
 mod changes;
+mod clock;
 pub mod control;
 pub mod follow;
 mod groups;
@@ -324,7 +326,7 @@ impl SessionFs {
             follow.watch_awaiting(self.sessions.awaiting_dirs());
             // Sessions written lately are likely written again: a write to one
             // no one uses moves `latest` at once.
-            let since = attr::ms_of(SystemTime::now() - WRITTEN_LATELY);
+            let since = clock::ms_of(SystemTime::now() - WRITTEN_LATELY);
             let recent = self.sessions.written_since(since, follow::WRITES_WATCHED);
             follow.watch_writes(
                 recent
@@ -630,7 +632,7 @@ impl SessionFs {
 /// file; an SQLite database's time is every session's): what `latest` goes by.
 fn written_at(source: &crate::view::SessionSource) -> Option<i64> {
     match source.key {
-        SessionKey::File(_) => source.backend.modified(&source.key).map(attr::ms_of),
+        SessionKey::File(_) => source.backend.modified(&source.key).map(clock::ms_of),
         SessionKey::Row(_) => None,
     }
 }
@@ -638,9 +640,6 @@ fn written_at(source: &crate::view::SessionSource) -> Option<i64> {
 /// How recent a session's last write must be, at a listing, for a write to it
 /// to be watched for `latest` while no one uses it.
 const WRITTEN_LATELY: Duration = Duration::from_secs(24 * 3600);
-
-/// The root's own entries before its sessions: `flush` and the lists.
-const ROOT_OWN: u64 = 1 + lists::ROOT_LISTS.len() as u64;
 
 /// Files whose content can be replaced, not only extended, while mounted (a
 /// new title, a compaction, closers giving way to logged events, a control

@@ -2,10 +2,11 @@
 //! its sessions, and `readdirplus`'s attributes where they cost nothing.
 
 use super::inode::{self, Ino, Lists, Node};
-use super::{
-    DirEntry, EntryPlus, Kind, ROOT_OWN, SESSION_FILES, SessionFs, is_paged, is_rewritable, lists,
-};
+use super::{DirEntry, EntryPlus, Kind, SESSION_FILES, SessionFs, is_paged, is_rewritable, lists};
 use crate::error::{Error, Result};
+
+/// The root's own entries before its sessions: `flush` and the lists.
+const ROOT_OWN: u64 = 1 + lists::ROOT_LISTS.len() as u64;
 
 impl SessionFs {
     /// Up to `limit` entries of a directory from `offset` on (0 to start, then
