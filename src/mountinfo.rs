@@ -70,6 +70,27 @@ pub fn top_at(path: &Path) -> Option<MountEntry> {
         .find(|entry| entry.mount_point == path)
 }
 
+/// The mount that holds `path` (canonical): the one whose mount point is the
+/// longest prefix of it, the latest of those stacked there.
+pub fn containing(path: &Path) -> Option<MountEntry> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    holding(parse(&text), path)
+}
+
+/// Of `entries` (in mountinfo's order), the one that holds `path`.
+fn holding(entries: Vec<MountEntry>, path: &Path) -> Option<MountEntry> {
+    let mut best: Option<MountEntry> = None;
+    for entry in entries {
+        let deeper = best
+            .as_ref()
+            .is_none_or(|b| entry.mount_point.as_os_str().len() >= b.mount_point.as_os_str().len());
+        if path.starts_with(&entry.mount_point) && deeper {
+            best = Some(entry);
+        }
+    }
+    best
+}
+
 /// This daemon's mount, as recorded when it was made.
 pub struct OwnMount {
     /// The mount point, canonicalized.
@@ -143,5 +164,14 @@ mod tests {
             .rev()
             .find(|e| e.mount_point == Path::new("/mnt/a b"));
         assert_eq!(top.map(|e| e.id), Some(98));
+    }
+
+    #[test]
+    fn a_path_is_held_by_the_deepest_mount_above_it_and_the_latest_stacked_there() {
+        let held = |path: &str| holding(parse(SAMPLE), Path::new(path)).map(|e| e.id);
+        assert_eq!(held("/mnt/a b/project/session"), Some(98));
+        assert_eq!(held("/mnt/a b"), Some(98));
+        assert_eq!(held("/mnt/a"), Some(22), "components, not characters");
+        assert_eq!(held("/etc"), Some(22));
     }
 }

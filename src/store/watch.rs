@@ -132,13 +132,16 @@ fn parse_events(mut bytes: &[u8]) -> Vec<Event> {
     events
 }
 
+/// The magic number `statfs` gives a FUSE file system.
+const FUSE_MAGIC: i64 = 0x6573_5546;
+
 /// True for a store on a filesystem whose changes inotify may not report:
 /// network and FUSE filesystems, written to by other machines or processes
 /// the kernel does not see.
 pub fn is_remote(path: &Path) -> bool {
     const REMOTE: [i64; 10] = [
-        0x6969,      // NFS
-        0x6573_5546, // FUSE
+        0x6969, // NFS
+        FUSE_MAGIC,
         0x517b,      // SMB
         0xff53_4d42, // CIFS
         0xfe53_4d42, // SMB2
@@ -148,15 +151,27 @@ pub fn is_remote(path: &Path) -> bool {
         0x0bd0_0bd0, // Lustre
         0x0116_1970, // GFS2
     ];
-    let Ok(path) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
+    fs_magic(path).is_some_and(|magic| REMOTE.contains(&magic))
+}
+
+/// True for a store whose directories' times may stay put as entries come
+/// and go: a FUSE file system other than sshfs (rclone keeps the time it first
+/// listed; an object store has no directories to keep one). sshfs, NFS and
+/// SMB pass the server's own times through.
+pub fn directory_times_unreliable(path: &Path) -> bool {
+    fs_magic(path) == Some(FUSE_MAGIC)
+        && crate::mountinfo::containing(path).is_none_or(|mount| mount.fs_type != "fuse.sshfs")
+}
+
+/// The `statfs` type of the file system holding `path`.
+fn fs_magic(path: &Path) -> Option<i64> {
+    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
     // SAFETY: statfs fills the zeroed struct for a valid path.
     let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statfs(path.as_ptr(), &mut stat) } != 0 {
-        return false;
+        return None;
     }
-    REMOTE.contains(&(stat.f_type as i64))
+    Some(stat.f_type as i64)
 }
 
 #[cfg(test)]

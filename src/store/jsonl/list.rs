@@ -249,9 +249,9 @@ impl Catalog for JsonlStore {
         // gives a session made and removed within one second the same mtime.
         // While one is that recent, every revision differs ("racy git").
         //
-        // On a network or FUSE store the names are digested too (a readdir
-        // per directory instead of a stat): rclone never moves a directory's
-        // time once it has listed it.
+        // On a FUSE store other than sshfs the names are digested too (a
+        // readdir per directory instead of a stat): rclone never moves a
+        // directory's time once it has listed it.
         static RACY: AtomicUsize = AtomicUsize::new(0);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

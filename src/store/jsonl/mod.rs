@@ -53,9 +53,9 @@ pub struct JsonlStore {
     new_encoding: OnceLock<Encoding>,
     /// Headers earlier listings read (the persistent index), when kept.
     known_headers: OnceLock<std::sync::Arc<dyn crate::store::KnownHeaders>>,
-    /// The store is on a network or FUSE file system, where a directory's
-    /// time may stay put as entries come and go (rclone keeps the time it
-    /// first listed): the listing revision also digests each directory's names.
+    /// The store is on a FUSE file system whose directories' times may stay
+    /// put as entries come and go (rclone keeps the time it first listed):
+    /// the listing revision also digests each directory's names.
     names_in_revision: bool,
 }
 
@@ -105,7 +105,7 @@ impl JsonlStore {
             .map_err(|e| format!("cannot open store {}: {e}", root.display()))?;
         std::fs::read_dir(&root)
             .map_err(|e| format!("cannot list store {}: {e}", root.display()))?;
-        let names_in_revision = crate::store::watch::is_remote(&root);
+        let names_in_revision = crate::store::watch::directory_times_unreliable(&root);
         Ok(JsonlStore {
             root,
             frame_cache: Mutex::new(None),
