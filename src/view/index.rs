@@ -20,7 +20,7 @@ use crate::model::steps::{ModelCall, StepScan};
 use crate::model::validate::CHUNK_TYPE;
 use crate::render::transcript::TranscriptWriter;
 use crate::render::{self, IndexRow, Standing, event_file, header_json};
-use crate::store::{EventLoc, ScanEnd, ScanPoint};
+use crate::store::{EventLoc, Revision, ScanEnd, ScanPoint};
 
 /// What the index keeps of one stored event: a huge session holds a million
 /// of these, so they are packed into 32 bytes.
@@ -229,6 +229,16 @@ impl Indexed {
             ScanEnd::Torn { at } => Some(at),
         };
         Ok(())
+    }
+
+    /// The revision to record for the log this scan read: after a read that
+    /// ended short of the size the store stated, one no store answers, so
+    /// the next refresh reads on (and a scan saved with it is read on too).
+    pub(super) fn revision_after(&self, revision: Option<Revision>) -> Option<Revision> {
+        match self.read_short {
+            true => revision.as_ref().map(Revision::unsettled),
+            false => revision,
+        }
     }
 
     /// Returns the spare room a first scan's growing buffers left, so a cached

@@ -319,7 +319,7 @@ impl SessionView {
             let from = resumed.point.clone();
             match resumed.extend(&self.source, progress) {
                 Ok(()) => {
-                    self.unsettle_after_short_read(&resumed);
+                    self.revision = resumed.revision_after(self.revision.take());
                     if resumed.point != from {
                         resumed.shrink();
                         self.unsaved = true;
@@ -338,7 +338,7 @@ impl SessionView {
         match indexed.extend(&self.source, progress) {
             Ok(()) => {
                 indexed.shrink();
-                self.unsettle_after_short_read(&indexed);
+                self.revision = indexed.revision_after(self.revision.take());
                 self.keep(&indexed);
                 self.unsaved = false;
                 State::Indexed(indexed)
@@ -352,14 +352,6 @@ impl SessionView {
                     external: false,
                 }))
             }
-        }
-    }
-
-    /// After a read that ended short of the size the store stated, the view
-    /// records a revision no store answers, so the next refresh reads on.
-    fn unsettle_after_short_read(&mut self, indexed: &Indexed) {
-        if indexed.read_short {
-            self.revision = self.revision.as_ref().map(Revision::unsettled);
         }
     }
 
@@ -508,12 +500,10 @@ impl SessionView {
                 _ => false,
             };
             if continued {
-                self.revision = revision;
-                if let State::Indexed(indexed) = &self.state
-                    && indexed.read_short
-                {
-                    self.revision = self.revision.as_ref().map(Revision::unsettled);
-                }
+                self.revision = match &self.state {
+                    State::Indexed(indexed) => indexed.revision_after(revision),
+                    State::Unreadable(_) => revision,
+                };
             } else {
                 let rebuilt = self.rebuild(None);
                 let previous = std::mem::replace(&mut self.state, rebuilt);

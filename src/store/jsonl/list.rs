@@ -431,7 +431,7 @@ mod tests {
     }
 
     #[test]
-    fn on_a_remote_store_a_session_added_under_a_directory_whose_time_stays_put_is_seen() {
+    fn where_directory_times_stay_put_sessions_added_and_removed_are_seen_by_their_names() {
         let root = std::env::temp_dir().join(format!("sessionfs-names-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let project = root.join("_no-cwd");

@@ -81,8 +81,9 @@ fn io_refusal(path: &Path, e: io::Error) -> Refusal {
 }
 
 /// A scan continued from `from` needs a log at least that long: a shorter one
-/// was cut or replaced, and must be read from the start instead.
-fn check_not_shorter(path: &Path, file: &File, from: &ScanPoint) -> Result<(), Refusal> {
+/// was cut or replaced, and must be read from the start instead. Returns the
+/// log's size as its file system states it when opened.
+fn check_not_shorter(path: &Path, file: &File, from: &ScanPoint) -> Result<u64, Refusal> {
     let len = file.metadata().map_err(|e| io_refusal(path, e))?.len();
     if len < from.offset {
         return Err(corrupt(
@@ -93,7 +94,7 @@ fn check_not_shorter(path: &Path, file: &File, from: &ScanPoint) -> Result<(), R
             ),
         ));
     }
-    Ok(())
+    Ok(len)
 }
 
 impl JsonlStore {

@@ -55,7 +55,7 @@ impl JsonlStore {
         sink: &mut EventSink,
     ) -> Result<(ScanPoint, ScanEnd), Refusal> {
         let file = File::open(path).map_err(|e| io_refusal(path, e))?;
-        check_not_shorter(path, &file, from)?;
+        let stated = check_not_shorter(path, &file, from)?;
         let mut reader = BufReader::with_capacity(256 << 10, file);
         let mut offset = from.offset;
         if offset == 0 {
@@ -85,11 +85,6 @@ impl JsonlStore {
             offset,
             ..from.clone()
         };
-        let stated = reader
-            .get_ref()
-            .metadata()
-            .map_err(|e| io_refusal(path, e))?
-            .len();
         let mut position = offset;
         let mut consume = |item: RawLine| -> ControlFlow<Result<ScanEnd, Refusal>> {
             let decoded = match item {

@@ -55,12 +55,7 @@ impl JsonlStore {
         make_private_dir(&project, &self.root)?;
         make_private_dir(&session_dir, &project)?;
         let final_path = session_dir.join(if zstd { ZSTD_NAME } else { RAW_NAME });
-        if std::fs::symlink_metadata(&final_path).is_ok() {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!("{} already exists", final_path.display()),
-            ));
-        }
+        ensure_free(&final_path)?;
         let header_line = format!("{}\n", header.to_jsonl_line());
         let mut batch = String::new();
         for record in pack(events, usize::MAX) {
@@ -106,7 +101,11 @@ impl JsonlStore {
 fn place_without_replacing(tmp: &Path, final_path: &Path) -> io::Result<()> {
     // A hard link fails if something got there first.
     match std::fs::hard_link(tmp, final_path) {
-        Ok(()) => return std::fs::remove_file(tmp),
+        Ok(()) => {
+            // Placed: a temporary name left behind is litter, not a failure.
+            let _ = std::fs::remove_file(tmp);
+            return Ok(());
+        }
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Err(e),
         // Many FUSE and network stores have no hard links (rclone answers EIO).
         Err(_) => {}
@@ -121,15 +120,21 @@ fn place_without_replacing(tmp: &Path, final_path: &Path) -> io::Result<()> {
             // No exclusive rename either (rclone). The session's directory was
             // made by this process's reservation, so nothing else writes there:
             // checking first, then renaming, replaces nothing.
-            if std::fs::symlink_metadata(final_path).is_ok() {
-                return Err(io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    format!("{} already exists", final_path.display()),
-                ));
-            }
+            ensure_free(final_path)?;
             std::fs::rename(tmp, final_path)
         }
         other => other,
+    }
+}
+
+/// EEXIST unless nothing is at `path`.
+fn ensure_free(path: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} already exists", path.display()),
+        )),
+        Err(_) => Ok(()),
     }
 }
 

@@ -35,7 +35,7 @@ impl JsonlStore {
         sink: &mut EventSink,
     ) -> Result<(ScanPoint, ScanEnd), Refusal> {
         let mut file = File::open(path).map_err(|e| io_refusal(path, e))?;
-        check_not_shorter(path, &file, from)?;
+        let stated = check_not_shorter(path, &file, from)?;
         let mut here = from.offset;
         let mut frames = from.frames;
         if frames == 0 {
@@ -58,7 +58,6 @@ impl JsonlStore {
         }
         file.seek(SeekFrom::Start(here))
             .map_err(|e| io_refusal(path, e))?;
-        let stated = file.metadata().map_err(|e| io_refusal(path, e))?.len();
         let unread = stated.saturating_sub(here);
         let mut scanner = LineScanner {
             tail: TailScanner::strict(from.events),
