@@ -52,10 +52,10 @@ pub fn compact_line(value: &impl serde::Serialize) -> Vec<u8> {
     let raw = serde_json::to_vec(value).unwrap_or_default();
     let mut out = Vec::with_capacity(raw.len() + 1);
     let mut rest = &raw[..];
-    while let Some(at) = rest
-        .windows(3)
-        .position(|w| w[0] == 0xE2 && w[1] == 0x80 && (w[2] == 0xA8 || w[2] == 0xA9))
-    {
+    // Both separators start with the byte 0xE2, which the scan looks for first.
+    while let Some(at) = (0..rest.len()).find(|&at| {
+        rest[at] == 0xE2 && matches!(rest.get(at + 1..at + 3), Some([0x80, 0xA8 | 0xA9]))
+    }) {
         out.extend_from_slice(&rest[..at]);
         out.extend_from_slice(if rest[at + 2] == 0xA8 {
             b"\\u2028"

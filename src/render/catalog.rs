@@ -3,12 +3,14 @@
 //! `null` (a header that cannot be read; a store that keeps no per-session
 //! file, as SQLite).
 
-use serde_json::{Map, Value};
+use serde::Serialize;
 
 use crate::json::compact_line;
 
-/// What a listing knows of one session, as `sessions.jsonl` shows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a listing knows of one session, as `sessions.jsonl` shows it; its
+/// fields are serialised in this order, by these names in camel case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct CatalogLine<'a> {
     /// The session's name at the mount root.
     pub name: &'a str,
@@ -33,24 +35,63 @@ pub struct CatalogLine<'a> {
 impl CatalogLine<'_> {
     /// The line, `\n`-terminated, with keys always in this order.
     pub fn render(&self) -> Vec<u8> {
-        let text = |v: Option<&str>| v.map_or(Value::Null, Value::from);
-        let mut line = Map::new();
-        line.insert("name".into(), self.name.into());
-        line.insert("id".into(), self.id.into());
-        line.insert("cwd".into(), text(self.cwd));
-        line.insert("createdAt".into(), self.created_at.into());
-        line.insert("lastWrite".into(), self.last_write.into());
-        line.insert("size".into(), self.size.into());
-        line.insert("store".into(), self.store.into());
-        line.insert("parent".into(), text(self.parent));
-        line.insert("delegationDepth".into(), self.delegation_depth.into());
-        compact_line(&line)
+        // Serialised from the struct, not built as a map: a 100,000-session
+        // root renders one line per session at its first `stat`.
+        compact_line(self)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Map, Value};
+
+    /// The line built as a JSON map, key by key, as it was rendered before.
+    fn rendered_as_a_map(line: &CatalogLine) -> Vec<u8> {
+        let text = |v: Option<&str>| v.map_or(Value::Null, Value::from);
+        let mut map = Map::new();
+        map.insert("name".into(), line.name.into());
+        map.insert("id".into(), line.id.into());
+        map.insert("cwd".into(), text(line.cwd));
+        map.insert("createdAt".into(), line.created_at.into());
+        map.insert("lastWrite".into(), line.last_write.into());
+        map.insert("size".into(), line.size.into());
+        map.insert("store".into(), line.store.into());
+        map.insert("parent".into(), text(line.parent));
+        map.insert("delegationDepth".into(), line.delegation_depth.into());
+        compact_line(&map)
+    }
+
+    #[test]
+    fn a_line_is_the_json_map_of_its_fields() {
+        let names = [
+            "a",
+            "",
+            "quote \" back\\slash",
+            "tab\tnew\nline \u{1}",
+            "sep \u{2028}\u{2029} «é» 🦀",
+        ];
+        let numbers = [None, Some(0), Some(-1), Some(i64::MAX), Some(i64::MIN)];
+        for (k, name) in names.iter().enumerate() {
+            for (j, number) in numbers.iter().enumerate() {
+                let line = CatalogLine {
+                    name,
+                    id: names[(k + 1) % names.len()],
+                    cwd: (j % 2 == 0).then_some(names[(k + 2) % names.len()]),
+                    created_at: *number,
+                    last_write: numbers[(j + 1) % numbers.len()],
+                    size: number.map(i64::unsigned_abs),
+                    store: names[(k + 3) % names.len()],
+                    parent: (j % 3 == 0).then_some(*name),
+                    delegation_depth: number.map(|n| n as u64),
+                };
+                assert_eq!(
+                    String::from_utf8(line.render()).unwrap(),
+                    String::from_utf8(rendered_as_a_map(&line)).unwrap()
+                );
+            }
+        }
+    }
 
     #[test]
     fn a_line_holds_the_listing_fields_in_order() {
