@@ -58,8 +58,6 @@ pub struct PersistentIndex {
     shared: Arc<Shared>,
     queue: Mutex<Option<SyncSender<Save>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// The headers listings read, by log path; read from disk at first use.
-    headers: Mutex<Headers>,
     /// Headers listings had from the table rather than from their logs.
     headers_known: AtomicU64,
 }
@@ -104,6 +102,9 @@ struct Shared {
     idle: Condvar,
     /// A failure to write is said once per mount, not once per session.
     warned: AtomicBool,
+    /// The headers listings read, by log path; read from disk by the writer
+    /// thread as the mount starts, so that a first listing seldom waits for it.
+    headers: Mutex<Headers>,
 }
 
 struct Save {
@@ -159,18 +160,21 @@ impl PersistentIndex {
             pending: Mutex::default(),
             idle: Condvar::new(),
             warned: AtomicBool::new(false),
+            headers: Mutex::default(),
         });
         let (queue, saves) = std::sync::mpsc::sync_channel(QUEUED_SAVES);
         let writing = shared.clone();
         let writer = std::thread::Builder::new()
             .name("sessionfs-index".into())
-            .spawn(move || writing.write_all(saves))
+            .spawn(move || {
+                drop(writing.headers());
+                writing.write_all(saves)
+            })
             .map_err(|e| format!("cannot start the index writer: {e}"))?;
         Ok(PersistentIndex {
             shared,
             queue: Mutex::new(Some(queue)),
             writer: Mutex::new(Some(writer)),
-            headers: Mutex::default(),
             headers_known: AtomicU64::new(0),
         })
     }
@@ -184,7 +188,7 @@ impl PersistentIndex {
     /// whole listing found logs gone), as the mount ends.
     pub fn save_headers(&self) {
         let bytes = {
-            let headers = lock(&self.headers);
+            let headers = lock(&self.shared.headers);
             let pruned = headers.listed_all && headers.table.values().any(|k| !k.seen);
             if !headers.changed && !pruned {
                 return;
@@ -252,26 +256,6 @@ impl PersistentIndex {
                 .unwrap_or_else(|e| e.into_inner());
         }
     }
-
-    /// The table of known headers, read from disk at first use.
-    fn headers(&self) -> std::sync::MutexGuard<'_, Headers> {
-        let mut headers = lock(&self.headers);
-        if !headers.loaded {
-            headers.loaded = true;
-            let path = self.shared.file_for(HEADERS_KEY);
-            match self.shared.read(&path, HEADERS_KEY) {
-                Ok(bytes) => match read_headers(&bytes) {
-                    Some(table) => headers.table = table,
-                    None => log::info!("index file {} not used: damaged", path.display()),
-                },
-                Err(Miss::Absent) => {}
-                Err(Miss::Unusable(why)) => {
-                    log::info!("index file {} not used: {why}", path.display())
-                }
-            }
-        }
-        headers
-    }
 }
 
 /// The table of known headers as [`PersistentIndex::save_headers`] wrote it.
@@ -321,7 +305,7 @@ impl KnownHeaders for PersistentIndex {
         let digest = path_digest(path);
         // Parsed after the table is let go: every listing thread asks it.
         let json = {
-            let mut headers = self.headers();
+            let mut headers = self.shared.headers();
             let known = headers.table.get_mut(&digest)?;
             known.seen = true;
             (known.stamp == *stamp).then(|| known.header.clone())?
@@ -340,13 +324,13 @@ impl KnownHeaders for PersistentIndex {
             header: header.into(),
             seen: true,
         };
-        let mut headers = self.headers();
+        let mut headers = self.shared.headers();
         headers.changed = true;
         headers.table.insert(path_digest(path), known);
     }
 
     fn listed_all(&self) {
-        self.headers().listed_all = true;
+        self.shared.headers().listed_all = true;
     }
 }
 
@@ -381,6 +365,26 @@ enum Miss {
 }
 
 impl Shared {
+    /// The table of known headers, read from disk at first use (the writer thread's).
+    fn headers(&self) -> std::sync::MutexGuard<'_, Headers> {
+        let mut headers = lock(&self.headers);
+        if !headers.loaded {
+            headers.loaded = true;
+            let path = self.file_for(HEADERS_KEY);
+            match self.read(&path, HEADERS_KEY) {
+                Ok(bytes) => match read_headers(&bytes) {
+                    Some(table) => headers.table = table,
+                    None => log::info!("index file {} not used: damaged", path.display()),
+                },
+                Err(Miss::Absent) => {}
+                Err(Miss::Unusable(why)) => {
+                    log::info!("index file {} not used: {why}", path.display())
+                }
+            }
+        }
+        headers
+    }
+
     fn file_for(&self, key: &str) -> PathBuf {
         self.dir
             .join(format!("{:016x}.idx", Fnv::of(key.as_bytes())))
