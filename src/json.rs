@@ -49,10 +49,14 @@ pub fn pretty_line(value: &impl serde::Serialize) -> Vec<u8> {
 /// written as escapes: JSON allows them raw inside strings, but line splitters
 /// such as Python's `str.splitlines` would cut the line there.
 pub fn compact_line(value: &impl serde::Serialize) -> Vec<u8> {
-    let raw = serde_json::to_vec(value).unwrap_or_default();
+    let mut raw = serde_json::to_vec(value).unwrap_or_default();
+    // Both separators start with the byte 0xE2: without one, the line is done.
+    if !raw.contains(&0xE2) {
+        raw.push(b'\n');
+        return raw;
+    }
     let mut out = Vec::with_capacity(raw.len() + 1);
     let mut rest = &raw[..];
-    // Both separators start with the byte 0xE2, which the scan looks for first.
     while let Some(at) = (0..rest.len()).find(|&at| {
         rest[at] == 0xE2 && matches!(rest.get(at + 1..at + 3), Some([0x80, 0xA8 | 0xA9]))
     }) {
@@ -155,6 +159,11 @@ mod tests {
         assert_eq!(line, b"{\"text\":\"a\\u2028b\\u2029c\"}\n");
         let back: Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(back, v);
+        // Other characters that start with the byte 0xE2 stay as they are.
+        let v = json!({"text": "€…\u{2028}"});
+        assert_eq!(compact_line(&v), "{\"text\":\"€…\\u2028\"}\n".as_bytes());
+        let v = json!({"text": "€ and …"});
+        assert_eq!(compact_line(&v), "{\"text\":\"€ and …\"}\n".as_bytes());
     }
 
     #[test]
