@@ -195,27 +195,41 @@ impl Catalog for JsonlStore {
         let mut flat = Vec::new();
         let mut session_dirs = Vec::new();
         for (_, project) in Self::subdirs(&self.root) {
-            if let Ok(entries) = std::fs::read_dir(&project) {
-                for entry in entries.flatten() {
-                    let name = entry.file_name().to_string_lossy().into_owned();
-                    let is_file = entry.file_type().is_ok_and(|t| t.is_file());
-                    let stem = name
-                        .strip_suffix(".jsonl.zstd")
-                        .or_else(|| name.strip_suffix(".jsonl"));
-                    if let (true, Some(stem)) = (is_file, stem) {
-                        let decoded = decode_segment(stem);
-                        flat.push(Listing {
-                            id: decoded.clone().unwrap_or_else(|| stem.to_string()),
-                            key: SessionKey::File(entry.path()),
-                            header: Err("obsolete flat layout: a session log directly inside a project directory; move it to <project>/<id>/session.jsonl".into()),
-                            raw_name: decoded.is_none().then(|| stem.to_string()),
-                            mode: None,
-                            stored: None,
-                        });
+            let Ok(entries) = std::fs::read_dir(&project) else {
+                continue;
+            };
+            // One pass over a project's entries: session directories, and logs
+            // of the obsolete flat layout.
+            let mut dirs = Vec::new();
+            for entry in entries.flatten() {
+                let Ok(kind) = entry.file_type() else {
+                    continue;
+                };
+                let name = entry.file_name();
+                if kind.is_dir() {
+                    if let Ok(name) = name.into_string() {
+                        dirs.push((name, entry.path()));
                     }
+                    continue;
+                }
+                let name = name.to_string_lossy();
+                let stem = name
+                    .strip_suffix(".jsonl.zstd")
+                    .or_else(|| name.strip_suffix(".jsonl"));
+                if let (true, Some(stem)) = (kind.is_file(), stem) {
+                    let decoded = decode_segment(stem);
+                    flat.push(Listing {
+                        id: decoded.clone().unwrap_or_else(|| stem.to_string()),
+                        key: SessionKey::File(entry.path()),
+                        header: Err("obsolete flat layout: a session log directly inside a project directory; move it to <project>/<id>/session.jsonl".into()),
+                        raw_name: decoded.is_none().then(|| stem.to_string()),
+                        mode: None,
+                        stored: None,
+                    });
                 }
             }
-            session_dirs.extend(Self::subdirs(&project));
+            dirs.sort();
+            session_dirs.extend(dirs);
         }
         each(flat);
         lock(&self.without_log).clear();
