@@ -426,6 +426,39 @@ mod tests {
     }
 
     #[test]
+    fn a_project_lists_its_session_directories_in_order_and_its_flat_logs_as_obsolete() {
+        let root = std::env::temp_dir().join(format!("sessionfs-flat-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let project = root.join("_no-cwd");
+        for id in ["b-second", "a-first"] {
+            let header = format!(
+                r#"{{"type":"session","version":0,"id":"{id}","createdAt":1,"delegationDepth":0}}"#
+            );
+            std::fs::create_dir_all(project.join(id)).unwrap();
+            std::fs::write(project.join(id).join(RAW_NAME), format!("{header}\n")).unwrap();
+        }
+        std::fs::write(project.join("old-style.jsonl"), "{}\n").unwrap();
+        std::fs::write(project.join("notes.txt"), "not a log\n").unwrap();
+        let store = JsonlStore::open(&root).unwrap();
+        let listed: Vec<(String, bool)> = store
+            .list()
+            .into_iter()
+            .map(|l| (l.id, l.header.is_ok()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("old-style".to_string(), false),
+                ("a-first".to_string(), true),
+                ("b-second".to_string(), true)
+            ]
+        );
+        let flat = store.list().remove(0);
+        assert!(flat.header.unwrap_err().contains("obsolete flat layout"));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
     fn a_directory_changed_in_the_last_seconds_is_not_trusted_to_show_the_next_change() {
         let root = std::env::temp_dir().join(format!("sessionfs-racy-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
