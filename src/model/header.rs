@@ -112,6 +112,37 @@ impl SessionHeader {
         })
     }
 
+    /// Reads a JSONL header line of the common shape without building a JSON
+    /// map: what a listing of 100,000 sessions does for each. Strict and
+    /// narrow, like `model::quick`: `None` never means "not a header", only
+    /// "parse it in full with [`SessionHeader::from_jsonl`]", which then gives
+    /// the authoritative answer; a differential test holds the two equal.
+    pub fn quick_jsonl(line: &[u8]) -> Option<SessionHeader> {
+        let common: CommonHeader = serde_json::from_slice(line).ok()?;
+        let safe = |n: u64| (n <= crate::json::MAX_SAFE_INTEGER as u64).then_some(n);
+        if common.kind != "session"
+            || common.sandbox_mode.0.is_some()
+            || common.approval_policy.0.is_some()
+            || common.origin.0.is_some_and(|origin| origin != "subagent")
+        {
+            return None;
+        }
+        Some(SessionHeader {
+            version: common.version.into(),
+            id: common.id.to_string(),
+            created_at: safe(common.created_at)? as i64,
+            cwd: common.cwd.0.map(str::to_string),
+            parent_session: common.parent_session.0.map(str::to_string),
+            seed_length: match common.seed_length.0 {
+                Some(n) => Some(safe(n)?),
+                None => None,
+            },
+            origin: common.origin.0.map(str::to_string),
+            delegation_depth: Some(safe(common.delegation_depth)?),
+            agent_preset: common.agent_preset.0.map(str::to_string),
+        })
+    }
+
     /// The stored version as an integer, if it is one.
     pub fn version_number(&self) -> Option<i64> {
         safe_integer(&self.version)
@@ -222,6 +253,51 @@ pub fn canonical_request_header(header: &Value) -> Value {
     Value::Object(out)
 }
 
+/// The header fields [`SessionHeader::quick_jsonl`] reads: strings without
+/// escapes, numbers that are plain non-negative integers. Anything else (a
+/// `null`, a float, an escaped string, a repeated key) fails to deserialize,
+/// and the line is parsed in full.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CommonHeader<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    version: u64,
+    id: &'a str,
+    created_at: u64,
+    delegation_depth: u64,
+    #[serde(default, borrow)]
+    cwd: Given<&'a str>,
+    #[serde(default, borrow)]
+    parent_session: Given<&'a str>,
+    #[serde(default)]
+    seed_length: Given<u64>,
+    #[serde(default, borrow)]
+    origin: Given<&'a str>,
+    #[serde(default, borrow)]
+    agent_preset: Given<&'a str>,
+    #[serde(default)]
+    sandbox_mode: Given<serde::de::IgnoredAny>,
+    #[serde(default)]
+    approval_policy: Given<serde::de::IgnoredAny>,
+}
+
+/// A field that may be absent but, when given, is a `T`: unlike `Option`, a
+/// `null` does not deserialize.
+struct Given<T>(Option<T>);
+
+impl<T> Default for Given<T> {
+    fn default() -> Given<T> {
+        Given(None)
+    }
+}
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Given<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Given<T>, D::Error> {
+        T::deserialize(deserializer).map(|value| Given(Some(value)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,5 +353,101 @@ mod tests {
             serde_json::to_string(&canonical_request_header(&full)).unwrap(),
             r#"{"config":{"provider":"p","model":"m","maxTokens":5},"adapterDefaults":{"maxTokens":true},"system":"s","tools":[{"name":"t"}]}"#
         );
+    }
+
+    #[test]
+    fn a_header_read_quickly_is_the_header_parsed_in_full() {
+        let base = r#"{"type":"session","version":0,"id":"sub-reviewer-7","createdAt":1773496560000,"cwd":"/home/ana/src/café menu","parentSession":"orbit-debug-tools","seedLength":12,"origin":"subagent","delegationDepth":2,"agentPreset":"reviewer"}"#;
+        let fields = [
+            (
+                "type",
+                vec!["\"session\"", "\"event\"", "\"sess\\u0069on\"", "null"],
+            ),
+            (
+                "version",
+                vec![
+                    "0",
+                    "2",
+                    "-0",
+                    "0.0",
+                    "1e0",
+                    "-1",
+                    "\"0\"",
+                    "null",
+                    "9007199254740993",
+                ],
+            ),
+            ("id", vec!["\"a\"", "\"\"", "\"esc\\\"aped\"", "7", "null"]),
+            (
+                "createdAt",
+                vec![
+                    "1",
+                    "-0",
+                    "1.0",
+                    "-5",
+                    "9007199254740991",
+                    "9007199254740992",
+                    "null",
+                ],
+            ),
+            ("cwd", vec!["\"/x\"", "null", "3", "\"\\/x\""]),
+            ("parentSession", vec!["\"p\"", "null", "[]"]),
+            (
+                "seedLength",
+                vec!["0", "-0", "2.0", "-1", "9007199254740992", "null"],
+            ),
+            ("origin", vec!["\"subagent\"", "\"parent\"", "null"]),
+            ("delegationDepth", vec!["0", "-0", "0.5", "null", "\"1\""]),
+            ("agentPreset", vec!["\"r\"", "null", "{}"]),
+            ("sandboxMode", vec!["\"x\"", "null"]),
+            ("approvalPolicy", vec!["{}"]),
+            ("extra", vec!["{\"nested\":[1,2]}", "null"]),
+        ];
+        let full = |text: &str| {
+            serde_json::from_str::<JsonMap>(text)
+                .map_err(|e| e.to_string())
+                .and_then(|map| SessionHeader::from_jsonl(&map))
+        };
+        let mut quick_read = 0;
+        let mut lines = vec![base.to_string()];
+        for (key, values) in &fields {
+            let mut map: Vec<(String, String)> = serde_json::from_str::<JsonMap>(base)
+                .unwrap()
+                .into_iter()
+                .map(|(k, v)| (k, v.to_string()))
+                .collect();
+            for value in values {
+                // The field given this value, then removed, then repeated.
+                let mut given = map.clone();
+                match given.iter_mut().find(|(k, _)| k == key) {
+                    Some(field) => field.1 = value.to_string(),
+                    None => given.push((key.to_string(), value.to_string())),
+                }
+                let join = |fields: &[(String, String)]| {
+                    let body: Vec<String> =
+                        fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                    format!("{{{}}}", body.join(","))
+                };
+                lines.push(join(&given));
+                let mut repeated = given.clone();
+                repeated.push((key.to_string(), value.to_string()));
+                lines.push(join(&repeated));
+                given.retain(|(k, _)| k != key);
+                lines.push(join(&given));
+            }
+            map.retain(|(k, _)| k != key);
+        }
+        lines.extend(["", "null", "[]", "{", "{}"].map(String::from));
+        for text in &lines {
+            if let Some(quick) = SessionHeader::quick_jsonl(text.as_bytes()) {
+                quick_read += 1;
+                assert_eq!(Ok(quick), full(text), "{text}");
+            }
+        }
+        assert!(
+            quick_read > 20,
+            "the common shape is read quickly: {quick_read}"
+        );
+        assert!(SessionHeader::quick_jsonl(base.as_bytes()).is_some());
     }
 }

@@ -2,7 +2,7 @@
 //! session directories, each listed from its header alone, many at once.
 
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -92,6 +92,9 @@ impl JsonlStore {
         } else {
             read_raw_header(path)?
         };
+        if let Some(header) = SessionHeader::quick_jsonl(&line) {
+            return Ok(header);
+        }
         let text = String::from_utf8_lossy(&line);
         let value: Value = serde_json::from_str(&text)
             .map_err(|_| "first line is not a session header (not JSON)".to_string())?;
@@ -165,9 +168,23 @@ impl JsonlStore {
 }
 
 fn read_raw_header(path: &Path) -> Result<Vec<u8>, String> {
-    let file = File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    let mut file = File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    // Most headers fit in one small read, made without a buffer on the heap.
+    let mut first = [0u8; 2048];
+    let mut filled = 0;
+    while filled < first.len() {
+        match file.read(&mut first[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("cannot read: {e}")),
+        }
+        if let Some(end) = first[..filled].iter().position(|b| *b == b'\n') {
+            return Ok(first[..end].to_vec());
+        }
+    }
     match read_line(
-        &mut BufReader::with_capacity(8 << 10, file),
+        &mut BufReader::with_capacity(8 << 10, (&first[..filled]).chain(file)),
         MAX_HEADER_BYTES,
     )
     .map_err(|e| format!("cannot read: {e}"))?
@@ -234,12 +251,22 @@ impl Catalog for JsonlStore {
         each(flat);
         lock(&self.without_log).clear();
         let mut kinds = Kinds::default();
-        // A part at a time, so a listing never holds every header at once.
-        for part in session_dirs.chunks(LIST_PART) {
-            let part = self.list_session_dirs(part);
-            kinds.note(&part);
-            each(part);
-        }
+        // A part at a time, so a listing never holds every header at once;
+        // the next part is listed while the caller takes this one.
+        std::thread::scope(|scope| {
+            let (parts, listed) = std::sync::mpsc::sync_channel(1);
+            scope.spawn(move || {
+                for part in session_dirs.chunks(LIST_PART) {
+                    if parts.send(self.list_session_dirs(part)).is_err() {
+                        return;
+                    }
+                }
+            });
+            for part in listed {
+                kinds.note(&part);
+                each(part);
+            }
+        });
         // The first listing decides the encoding of every new session.
         let _ = self.new_encoding.set(kinds.encoding());
         if let Some(known) = self.known_headers.get() {
@@ -456,6 +483,36 @@ mod tests {
         let flat = store.list().remove(0);
         assert!(flat.header.unwrap_err().contains("obsolete flat layout"));
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_header_line_is_read_whether_it_fits_the_first_read_or_not() {
+        let dir = std::env::temp_dir().join(format!("sessionfs-header-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join(RAW_NAME);
+        for len in [
+            0,
+            10,
+            2046,
+            2047,
+            2048,
+            2049,
+            5000,
+            MAX_HEADER_BYTES,
+            MAX_HEADER_BYTES + 1,
+        ] {
+            let line = "h".repeat(len);
+            std::fs::write(&log, format!("{line}\n{{\"next\":1}}\n")).unwrap();
+            let read = read_raw_header(&log);
+            if len <= MAX_HEADER_BYTES {
+                assert_eq!(read.map(|l| l.len()), Ok(len), "a {len}-byte line");
+            } else {
+                assert!(read.unwrap_err().contains("longer"), "a {len}-byte line");
+            }
+            std::fs::write(&log, &line).unwrap();
+            assert!(read_raw_header(&log).is_err(), "{len} bytes and no newline");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
