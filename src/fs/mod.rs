@@ -47,6 +47,7 @@
 
 mod attr;
 mod cache;
+mod catalog;
 mod changes;
 mod clock;
 pub mod control;

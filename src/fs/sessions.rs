@@ -22,7 +22,6 @@ use crate::bytes::Bytes;
 use crate::error::{Error, Result};
 use crate::model::Refusal;
 use crate::model::catalog::{project_name, utc_day};
-use crate::render::catalog::CatalogLine;
 use crate::store::{Backend, Listing, SessionKey, StoredFile};
 use crate::sync::lock;
 use crate::view::SessionSource;
@@ -706,29 +705,10 @@ impl Sessions {
         let mut catalog = lock(&self.catalog);
         let table = self.table();
         if catalog.version != Some(table.version) {
-            let mut out = Vec::new();
             let mut shown: Vec<&Arc<Slot>> = table.slots.iter().filter(|s| !s.is_gone()).collect();
             shown.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-            for slot in shown {
-                let listed = lock(&slot.listed);
-                let readable = listed.unreadable.is_none();
-                out.extend(
-                    CatalogLine {
-                        name: &slot.name,
-                        id: &slot.id,
-                        cwd: listed.cwd.as_deref(),
-                        created_at: readable.then_some(listed.created_at),
-                        last_write: listed.stored.map(|s| s.modified_ms),
-                        size: listed.stored.map(|s| s.size),
-                        store: crate::catalog::store_kind(&listed.source.key),
-                        parent: listed.parent.as_deref(),
-                        delegation_depth: listed.delegation_depth,
-                    }
-                    .render(),
-                );
-            }
             catalog.version = Some(table.version);
-            catalog.bytes = Bytes::from(out);
+            catalog.bytes = Bytes::from(super::catalog::render(&shown));
         }
         let bytes = catalog.bytes.clone();
         let generation = catalog.shown.observe(&bytes);
