@@ -245,26 +245,11 @@ pub enum Frames<T> {
     Ended(FramesEnd),
 }
 
-/// Work on a frame's plaintext that does not depend on earlier frames, done by
-/// the thread that decompressed it, so that the reading thread, which must
-/// take frames in order, has less to do. One value serves a batch of frames:
-/// the reader takes what was prepared for each frame in the frames' order.
-pub trait Prepare: Default + Send {
-    /// Prepares the next frame's plaintext.
-    fn frame(&mut self, plaintext: &[u8]);
-}
-
-/// Nothing prepared: the reader does all the work.
-impl Prepare for () {
-    fn frame(&mut self, _: &[u8]) {}
-}
-
 /// Plaintext handed from a decompressing thread to the reading one: whole
 /// frames, batched so that the hand-over costs little per frame.
 #[derive(Default)]
-struct Batch<P> {
+struct Batch {
     plaintext: Vec<u8>,
-    prepared: P,
     /// Each frame's compressed length and the end of its plaintext.
     frames: Vec<(u64, usize)>,
     end: Option<io::Result<FramesEnd>>,
@@ -290,15 +275,14 @@ fn decoders() -> usize {
 }
 
 /// Reads the frames of `source` in order and hands each complete frame's
-/// compressed length and plaintext, with what `P` prepared of it, to `frame`,
-/// until it breaks or the frames end. With `ahead`, batches of frames are
-/// decompressed and prepared on one thread per core while `frame` works on
-/// earlier ones, and handed over in the artifact's order: a large artifact is
-/// read in the time of the slower side.
-pub fn read_frames<R: Read + Send, T, P: Prepare>(
+/// compressed length and plaintext to `frame`, until it breaks or the frames end.
+/// With `ahead`, batches of frames are decompressed on one thread per core while
+/// `frame` works on earlier ones, and handed over in the artifact's order: a
+/// large artifact is read in the time of the slower side.
+pub fn read_frames<R: Read + Send, T>(
     source: R,
     ahead: bool,
-    mut frame: impl FnMut(u64, &[u8], &mut P) -> ControlFlow<T>,
+    mut frame: impl FnMut(u64, &[u8]) -> ControlFlow<T>,
 ) -> io::Result<Frames<T>> {
     if !ahead {
         let mut frames = FrameReader::new(source);
@@ -306,14 +290,10 @@ pub fn read_frames<R: Read + Send, T, P: Prepare>(
         loop {
             let piece = match frames.next_frame()? {
                 Frame::Complete(bytes) => match decoder.decode(bytes) {
-                    Ok(plaintext) => {
-                        let mut prepared = P::default();
-                        prepared.frame(plaintext);
-                        match frame(bytes.len() as u64, plaintext, &mut prepared) {
-                            ControlFlow::Break(stopped) => return Ok(Frames::Stopped(stopped)),
-                            ControlFlow::Continue(()) => continue,
-                        }
-                    }
+                    Ok(plaintext) => match frame(bytes.len() as u64, plaintext) {
+                        ControlFlow::Break(stopped) => return Ok(Frames::Stopped(stopped)),
+                        ControlFlow::Continue(()) => continue,
+                    },
                     Err(_) => FramesEnd::Undecodable,
                 },
                 Frame::Torn(bytes) => FramesEnd::Torn(bytes.to_vec()),
@@ -335,7 +315,7 @@ pub fn read_frames<R: Read + Send, T, P: Prepare>(
         for _ in 0..in_flight {
             let _ = tokens.send(());
         }
-        let (done, decoded) = mpsc::channel::<(usize, Batch<P>)>();
+        let (done, decoded) = mpsc::channel::<(usize, Batch)>();
         scope.spawn(move || split_frames(source, work, token));
         for _ in 0..decoders {
             let done = done.clone();
@@ -356,14 +336,12 @@ pub fn read_frames<R: Read + Send, T, P: Prepare>(
             };
             let Batch {
                 plaintext,
-                mut prepared,
                 frames,
                 end,
             } = batch;
             let mut start = 0;
             for (compressed, end) in frames {
-                let plaintext = &plaintext[start..end];
-                if let ControlFlow::Break(stopped) = frame(compressed, plaintext, &mut prepared) {
+                if let ControlFlow::Break(stopped) = frame(compressed, &plaintext[start..end]) {
                     return Ok(Frames::Stopped(stopped));
                 }
                 start = end;
@@ -413,15 +391,15 @@ fn split_frames<R: Read>(source: R, work: mpsc::Sender<Work>, token: mpsc::Recei
 /// One decompressing thread: takes the next batch of frames, decompresses it,
 /// hands it back; stops when the batches end or the reading side hangs up. A
 /// frame that does not decompress ends its batch, and the artifact with it.
-fn decode_batches<P: Prepare>(
+fn decode_batches(
     queue: &std::sync::Mutex<mpsc::Receiver<Work>>,
-    done: mpsc::Sender<(usize, Batch<P>)>,
+    done: mpsc::Sender<(usize, Batch)>,
 ) {
     let mut decoder = FrameDecoder::new();
     loop {
         let next = crate::sync::lock(queue).recv();
         let Ok(work) = next else { return };
-        let mut batch = Batch::<P>::default();
+        let mut batch = Batch::default();
         match &mut decoder {
             Err(why) => batch.end = Some(Err(io::Error::other(why.clone()))),
             Ok(decoder) => {
@@ -431,7 +409,6 @@ fn decode_batches<P: Prepare>(
                     start += len;
                     match decoder.decode(bytes) {
                         Ok(plaintext) => {
-                            batch.prepared.frame(plaintext);
                             batch.plaintext.extend_from_slice(plaintext);
                             batch.frames.push((len as u64, batch.plaintext.len()));
                         }
@@ -499,7 +476,7 @@ mod tests {
     /// Everything `read_frames` reports: each frame's length and plaintext, then the end.
     fn read_all(artifact: &[u8], ahead: bool, stop_after: usize) -> (Vec<(u64, Vec<u8>)>, String) {
         let mut seen = Vec::new();
-        let read = read_frames(artifact, ahead, |len, plaintext, _: &mut ()| {
+        let read = read_frames(artifact, ahead, |len, plaintext| {
             seen.push((len, plaintext.to_vec()));
             match seen.len() == stop_after {
                 true => ControlFlow::Break(seen.len()),

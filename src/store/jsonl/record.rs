@@ -51,7 +51,6 @@ pub(super) fn decode_events(line: &[u8]) -> Result<Vec<JsonMap>, RecordError> {
 }
 
 /// Why a stored line does not decode.
-#[derive(Debug)]
 pub(super) enum RecordError {
     /// Not JSON, not an object, or a packed row that does not expand.
     Unparsable,

@@ -8,16 +8,15 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::record::{LineScanner, LineStop, RecordError, decode_events, decode_record};
+use super::record::{LineScanner, LineStop};
 use super::{
     DECODE_AHEAD_BYTES, JsonlStore, MAX_HEADER_BYTES, check_not_shorter, corrupt, io_refusal,
 };
-use crate::model::chunk_rows::JSONL_ROW_LIMITS;
-use crate::model::{ChunkRun, ChunkStep, Refusal, quick};
-use crate::store::tail::{Decoded, TailScanner};
+use crate::model::Refusal;
+use crate::store::tail::TailScanner;
 use crate::store::zstd_frames::{
-    Frame, FrameReader, FrameScan, Frames, FramesEnd, Prepare, decode_frame, decode_torn_frame,
-    read_frames, scan_frame,
+    Frame, FrameReader, FrameScan, Frames, FramesEnd, decode_frame, decode_torn_frame, read_frames,
+    scan_frame,
 };
 use crate::store::{EventLoc, EventSink, ScanEnd, ScanPoint};
 use crate::sync::lock;
@@ -66,8 +65,7 @@ impl JsonlStore {
             sink,
             path,
         };
-        let ahead = unread >= DECODE_AHEAD_BYTES;
-        let read = read_frames(file, ahead, |compressed, plaintext, quick: &mut QuickLines| {
+        let read = read_frames(file, unread >= DECODE_AHEAD_BYTES, |compressed, plaintext| {
             let torn_record = || {
                 corrupt(
                     path,
@@ -76,17 +74,17 @@ impl JsonlStore {
                     ),
                 )
             };
-            let Some(lines) = frame_lines(plaintext) else {
+            let Some(body) = plaintext.strip_suffix(b"\n") else {
                 return ControlFlow::Break(torn_record());
             };
             let mut within = 0usize;
-            for line in lines {
+            for line in body.split(|b| *b == b'\n') {
                 let loc = EventLoc {
                     record: here,
                     within: within as u32,
                     member: 0,
                 };
-                match scanner.decoded(quick.decode(line), loc) {
+                match scanner.line(line, loc) {
                     Ok(_) => {}
                     // In a checksummed frame, a line that does not decode or
                     // continue the log was written so: the frame is damage.
@@ -193,80 +191,6 @@ impl JsonlStore {
     }
 }
 
-/// A complete frame's lines, without their newlines; `None` when the frame does
-/// not end with one (it holds a torn record).
-fn frame_lines(plaintext: &[u8]) -> Option<impl Iterator<Item = &[u8]>> {
-    Some(plaintext.strip_suffix(b"\n")?.split(|b| *b == b'\n'))
-}
-
-/// The streamed chunks among a batch's lines, read quickly (`model::quick`) by
-/// the thread that decompressed them; the reader decodes the other lines in
-/// full. Kept flat, so that preparing a batch makes a few allocations, which
-/// the reading thread frees, rather than a few per line.
-#[derive(Default)]
-struct QuickLines {
-    /// Each line's run in the order read, or `None` for a line read in full.
-    lines: Vec<Option<QuickRun>>,
-    /// The runs' members' times and sizes, run after run.
-    times: Vec<i64>,
-    sizes: Vec<u64>,
-    /// The line and the member the reader takes next.
-    next_line: usize,
-    next_member: usize,
-}
-
-#[derive(Clone, Copy)]
-struct QuickRun {
-    seq0: u64,
-    step: ChunkStep,
-    members: usize,
-}
-
-impl Prepare for QuickLines {
-    fn frame(&mut self, plaintext: &[u8]) {
-        // A frame with a torn record stops the reader before its first line.
-        let Some(lines) = frame_lines(plaintext) else {
-            return;
-        };
-        for line in lines {
-            let run = quick::jsonl_record(line, JSONL_ROW_LIMITS).map(|run| {
-                self.times.extend_from_slice(&run.times);
-                self.sizes.extend_from_slice(&run.sizes);
-                QuickRun {
-                    seq0: run.seq0,
-                    step: run.step,
-                    members: run.times.len(),
-                }
-            });
-            self.lines.push(run);
-        }
-    }
-}
-
-impl QuickLines {
-    /// The next line of the prepared frames, decoded as `decode_record` does.
-    fn decode(&mut self, line: &[u8]) -> Result<Decoded, RecordError> {
-        let Some(prepared) = self.lines.get(self.next_line).copied() else {
-            // Every line the reader takes was prepared, cut by `frame_lines`
-            // from the same plaintext; this only keeps a slip from misreading.
-            debug_assert!(false, "a line the decompressing thread did not prepare");
-            return decode_record(line);
-        };
-        self.next_line += 1;
-        let Some(run) = prepared else {
-            return decode_events(line).map(Decoded::Events);
-        };
-        let members = self.next_member..self.next_member + run.members;
-        self.next_member = members.end;
-        Ok(Decoded::Chunks(ChunkRun {
-            seq0: run.seq0,
-            times: self.times[members.clone()].to_vec(),
-            sizes: self.sizes[members].to_vec(),
-            step: run.step,
-        }))
-    }
-}
-
 /// Reads only the first frame, in 8 KiB steps, and applies the header-frame rule.
 pub(super) fn read_zstd_header(path: &Path) -> Result<Vec<u8>, String> {
     let mut file = File::open(path).map_err(|e| format!("cannot read: {e}"))?;
@@ -306,82 +230,4 @@ pub(super) fn decode_header_frame(frame: &[u8]) -> Result<Vec<u8>, String> {
     }
     plaintext.pop();
     Ok(plaintext)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::zstd_frames::encode_frame;
-
-    /// Every line of every fixture log, and lines the quick readers refuse.
-    fn fixture_lines() -> Vec<Vec<u8>> {
-        fn walk(dir: &Path, lines: &mut Vec<Vec<u8>>) {
-            for entry in std::fs::read_dir(dir).unwrap() {
-                let path = entry.unwrap().path();
-                if path.is_dir() {
-                    walk(&path, lines);
-                } else if path.extension().is_some_and(|e| e == "jsonl") {
-                    let text = std::fs::read(&path).unwrap();
-                    lines.extend(text.split(|b| *b == b'\n').map(<[u8]>::to_vec));
-                }
-            }
-        }
-        let mut lines = Vec::new();
-        walk(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"),
-            &mut lines,
-        );
-        lines.extend(
-            [
-                "null",
-                "[1]",
-                "{\"type\":\"assistant/chunk\",",
-                "{\"type\":\"text-chunks\",\"seq0\":1}",
-                "",
-            ]
-            .map(|line| line.as_bytes().to_vec()),
-        );
-        lines
-    }
-
-    /// What `read_frames` hands the reader for each line, prepared ahead or in turn.
-    fn decoded_lines(artifact: &[u8], ahead: bool) -> Vec<String> {
-        let mut seen = Vec::new();
-        read_frames(artifact, ahead, |_, plaintext, quick: &mut QuickLines| {
-            for line in frame_lines(plaintext).unwrap() {
-                seen.push(format!("{:?}", quick.decode(line)));
-            }
-            ControlFlow::<()>::Continue(())
-        })
-        .unwrap();
-        seen
-    }
-
-    #[test]
-    fn lines_prepared_where_they_were_decompressed_decode_as_a_line_read_alone() {
-        let lines = fixture_lines();
-        let quick_lines = lines
-            .iter()
-            .filter(|line| quick::jsonl_record(line, JSONL_ROW_LIMITS).is_some())
-            .count();
-        assert!(quick_lines > 100, "the fixtures hold streamed chunks");
-        // Frames of one to five lines, repeated until several batches fill up.
-        let mut artifact = Vec::new();
-        let mut alone = Vec::new();
-        let mut at = 0;
-        while artifact.len() < 3 << 20 {
-            let take = 1 + at % 5;
-            let mut frame = Vec::new();
-            for k in 0..take {
-                let line = &lines[(at + k) % lines.len()];
-                frame.extend_from_slice(line);
-                frame.push(b'\n');
-                alone.push(format!("{:?}", decode_record(line)));
-            }
-            artifact.extend(encode_frame(&frame).unwrap());
-            at += take;
-        }
-        assert_eq!(decoded_lines(&artifact, false), alone);
-        assert_eq!(decoded_lines(&artifact, true), alone);
-    }
 }
