@@ -411,13 +411,13 @@ mod tests {
         let mut quick_read = 0;
         let mut lines = vec![base.to_string()];
         for (key, values) in &fields {
-            let mut map: Vec<(String, String)> = serde_json::from_str::<JsonMap>(base)
+            let map: Vec<(String, String)> = serde_json::from_str::<JsonMap>(base)
                 .unwrap()
                 .into_iter()
                 .map(|(k, v)| (k, v.to_string()))
                 .collect();
             for value in values {
-                // The field given this value, then removed, then repeated.
+                // The field given this value, then repeated, then removed.
                 let mut given = map.clone();
                 match given.iter_mut().find(|(k, _)| k == key) {
                     Some(field) => field.1 = value.to_string(),
@@ -435,7 +435,6 @@ mod tests {
                 given.retain(|(k, _)| k != key);
                 lines.push(join(&given));
             }
-            map.retain(|(k, _)| k != key);
         }
         lines.extend(["", "null", "[]", "{", "{}"].map(String::from));
         for text in &lines {

@@ -25,16 +25,26 @@ const LIST_PART: usize = 4096;
 impl JsonlStore {
     /// Real subdirectories of `dir` (symlinks are not followed out of the store).
     fn subdirs(dir: &Path) -> Vec<(String, PathBuf)> {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return Vec::new();
-        };
-        let mut out: Vec<(String, PathBuf)> = entries
-            .flatten()
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
-            .collect();
-        out.sort();
-        out
+        Self::entries(dir).0
+    }
+
+    /// One pass over `dir`: its real subdirectories by name, sorted, and its
+    /// regular files (a project's logs of the obsolete flat layout).
+    fn entries(dir: &Path) -> (Vec<(String, PathBuf)>, Vec<std::fs::DirEntry>) {
+        let (mut dirs, mut files) = (Vec::new(), Vec::new());
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            match entry.file_type() {
+                Ok(kind) if kind.is_dir() => {
+                    if let Ok(name) = entry.file_name().into_string() {
+                        dirs.push((name, entry.path()));
+                    }
+                }
+                Ok(kind) if kind.is_file() => files.push(entry),
+                _ => {}
+            }
+        }
+        dirs.sort();
+        (dirs, files)
     }
 
     /// The listings of some session directories, in their order. Each costs a
@@ -212,40 +222,26 @@ impl Catalog for JsonlStore {
         let mut flat = Vec::new();
         let mut session_dirs = Vec::new();
         for (_, project) in Self::subdirs(&self.root) {
-            let Ok(entries) = std::fs::read_dir(&project) else {
-                continue;
-            };
-            // One pass over a project's entries: session directories, and logs
-            // of the obsolete flat layout.
-            let mut dirs = Vec::new();
-            for entry in entries.flatten() {
-                let Ok(kind) = entry.file_type() else {
+            let (dirs, files) = Self::entries(&project);
+            for file in files {
+                let name = file.file_name();
+                let name = name.to_string_lossy();
+                let Some(stem) = name
+                    .strip_suffix(".jsonl.zstd")
+                    .or_else(|| name.strip_suffix(".jsonl"))
+                else {
                     continue;
                 };
-                let name = entry.file_name();
-                if kind.is_dir() {
-                    if let Ok(name) = name.into_string() {
-                        dirs.push((name, entry.path()));
-                    }
-                    continue;
-                }
-                let name = name.to_string_lossy();
-                let stem = name
-                    .strip_suffix(".jsonl.zstd")
-                    .or_else(|| name.strip_suffix(".jsonl"));
-                if let (true, Some(stem)) = (kind.is_file(), stem) {
-                    let decoded = decode_segment(stem);
-                    flat.push(Listing {
-                        id: decoded.clone().unwrap_or_else(|| stem.to_string()),
-                        key: SessionKey::File(entry.path()),
-                        header: Err("obsolete flat layout: a session log directly inside a project directory; move it to <project>/<id>/session.jsonl".into()),
-                        raw_name: decoded.is_none().then(|| stem.to_string()),
-                        mode: None,
-                        stored: None,
-                    });
-                }
+                let decoded = decode_segment(stem);
+                flat.push(Listing {
+                    id: decoded.clone().unwrap_or_else(|| stem.to_string()),
+                    key: SessionKey::File(file.path()),
+                    header: Err("obsolete flat layout: a session log directly inside a project directory; move it to <project>/<id>/session.jsonl".into()),
+                    raw_name: decoded.is_none().then(|| stem.to_string()),
+                    mode: None,
+                    stored: None,
+                });
             }
-            dirs.sort();
             session_dirs.extend(dirs);
         }
         each(flat);
