@@ -45,6 +45,43 @@ pub fn raw_pretty_len(text: &[u8], depth: u64) -> Option<u64> {
     (walk.at == text.len()).then_some(len)
 }
 
+/// A walk over valid UTF-8 JSON text from an offset, for a reader that
+/// matches a record's known layout itself and measures only the rest.
+pub struct Cursor<'a> {
+    walk: Walk<'a>,
+}
+
+impl<'a> Cursor<'a> {
+    /// A walk over `text` that starts at byte `at`.
+    pub fn new(text: &'a str, at: usize) -> Cursor<'a> {
+        Cursor {
+            walk: Walk {
+                text: text.as_bytes(),
+                at,
+            },
+        }
+    }
+
+    /// Where the walk stands: just past what it measured last.
+    pub fn at(&self) -> usize {
+        self.walk.at
+    }
+
+    /// The pretty length of the value here, printed at `depth` (as `raw_pretty_len`).
+    pub fn value(&mut self, depth: u64) -> Option<u64> {
+        self.walk.value(depth)
+    }
+
+    /// The length serde_json writes the string here in, quotes included;
+    /// `None` when no string starts exactly here or the walk is not sure.
+    pub fn string(&mut self) -> Option<u64> {
+        if self.walk.text.get(self.walk.at) != Some(&b'"') {
+            return None;
+        }
+        self.walk.string().map(|string| string.len)
+    }
+}
+
 /// The length serde_json writes `text` in, quotes included.
 pub fn string_len(text: &str) -> u64 {
     let extra: u64 = text.bytes().map(escape_extra).sum();

@@ -183,8 +183,16 @@ fn mutate(rng: &mut Rng, mut value: Value) -> Vec<u8> {
         }
         4 => {
             let mut bytes = text(&value).into_bytes();
-            let i = rng.index(bytes.len());
-            bytes[i] = rng.pick(b"\"\\{}[],:0 9-ez\xff\x00\n");
+            let byte = rng.pick(b"\"\\{}[],:0 9-ez\xff\x00\n");
+            // A byte replaced, put in, or left after the record's end.
+            match rng.below(3) {
+                0 => {
+                    let i = rng.index(bytes.len());
+                    bytes[i] = byte;
+                }
+                1 => bytes.insert(rng.index(bytes.len() + 1), byte),
+                _ => bytes.push(byte),
+            }
             bytes
         }
         5 => {

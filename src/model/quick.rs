@@ -25,31 +25,50 @@ use crate::model::chunk_rows::{RowKind, RowLimits, member_times};
 use crate::model::validate::CHUNK_TYPE;
 use crate::model::{ChunkRun, ChunkStep};
 
+mod layout;
+
 /// Reads a JSONL record quickly when it is a packed row or a lone
 /// `assistant/chunk` event with only the envelope keys, written type first as
 /// the Harness writes them, whose data names its turn and step and whose chunk
 /// is no `finish` (the boundary rule of `steps/` needs a finish's kind).
 pub fn jsonl_record(line: &[u8], limits: RowLimits) -> Option<ChunkRun> {
-    const CHUNK: &[u8] = br#"{"type":"assistant/chunk","#;
-    if line.starts_with(CHUNK) {
-        let event: LoneChunk = serde_json::from_slice(line).ok()?;
-        let seq = safe_seq(event.seq)?;
-        let time = safe_time(event.time)?;
-        let step = event.data.step()?;
-        return Some(ChunkRun {
-            seq0: seq,
-            times: vec![time],
-            sizes: vec![raw_pretty_len(line, 0)? + 1],
-            step,
-        });
+    if line.starts_with(LONE_CHUNK) {
+        return layout::lone_chunk(line).or_else(|| lone_chunk_by_serde(line));
     }
+    let kind = row_kind(line)?;
+    layout::row(kind, line, limits).or_else(|| row_by_serde(kind, line, limits))
+}
+
+/// How a lone chunk event starts when its type is written first.
+const LONE_CHUNK: &[u8] = br#"{"type":"assistant/chunk","#;
+
+/// The kind of a packed row whose storage tag is written first.
+fn row_kind(line: &[u8]) -> Option<RowKind> {
     let tag = line.strip_prefix(br#"{"type":""#)?;
-    let kind = [RowKind::Text, RowKind::Reasoning, RowKind::ToolCall]
+    [RowKind::Text, RowKind::Reasoning, RowKind::ToolCall]
         .into_iter()
         .find(|kind| {
             tag.strip_prefix(kind.tag().as_bytes())
                 .is_some_and(|rest| rest.starts_with(b"\","))
-        })?;
+        })
+}
+
+/// A lone chunk in any spelling serde accepts; as `jsonl_record`.
+fn lone_chunk_by_serde(line: &[u8]) -> Option<ChunkRun> {
+    let event: LoneChunk = serde_json::from_slice(line).ok()?;
+    let seq = safe_seq(event.seq)?;
+    let time = safe_time(event.time)?;
+    let step = event.data.step()?;
+    Some(ChunkRun {
+        seq0: seq,
+        times: vec![time],
+        sizes: vec![raw_pretty_len(line, 0)? + 1],
+        step,
+    })
+}
+
+/// A packed row in any spelling serde accepts; as `jsonl_record`.
+fn row_by_serde(kind: RowKind, line: &[u8], limits: RowLimits) -> Option<ChunkRun> {
     let (seq0, time0, data) = match kind {
         RowKind::ToolCall => {
             let row: RowRecord<ToolRow> = serde_json::from_slice(line).ok()?;
