@@ -64,11 +64,13 @@ pub fn figure(
             }
             peak = peak.max(mount.peak_rss());
             mount.finish();
+            // Issue 24 asks the build itself (surface.jsonl) for at most 1.2× the floor.
+            let bound = if label.contains("surface") { 1.2 } else { 2.0 };
             rows.push(time_row(
                 format!("1 {label} [{}]", enc.name()),
                 seconds,
                 floors.zstd,
-                2.0,
+                bound,
                 None,
             ));
         }
