@@ -11,7 +11,8 @@ use std::borrow::Cow;
 pub fn strip_ansi(text: &str) -> Cow<'_, str> {
     const ESC: u8 = 0x1b;
     let bytes = text.as_bytes();
-    let Some(first) = bytes.iter().position(|&b| b == ESC) else {
+    // A word at a time (see `longest_run`): most text holds no escape.
+    let Some(first) = text.find(char::from(ESC)) else {
         return Cow::Borrowed(text);
     };
     let mut out = Vec::with_capacity(bytes.len());
@@ -70,17 +71,22 @@ pub fn strip_ansi(text: &str) -> Cow<'_, str> {
     }
 }
 
-/// The longest run of `byte` in `text`.
+/// The longest run of the ASCII character `byte` in `text`. Runs are found
+/// with `str::find`, which searches a word at a time: transcripts are mostly
+/// text without backticks, and this runs over every byte of them.
 fn longest_run(text: &str, byte: u8) -> usize {
+    debug_assert!(byte.is_ascii());
     let mut longest = 0;
-    let mut run = 0;
-    for &b in text.as_bytes() {
-        if b == byte {
-            run += 1;
-            longest = longest.max(run);
-        } else {
-            run = 0;
-        }
+    let mut at = 0;
+    while let Some(found) = text[at..].find(char::from(byte)) {
+        let start = at + found;
+        let run = text.as_bytes()[start..]
+            .iter()
+            .take_while(|b| **b == byte)
+            .count();
+        longest = longest.max(run);
+        // After a run of an ASCII byte: still on a character boundary.
+        at = start + run;
     }
     longest
 }
@@ -317,6 +323,33 @@ mod tests {
         let mut out = Vec::new();
         write(&mut out, text);
         String::from_utf8(out).unwrap()
+    }
+
+    /// `longest_run` against a byte-by-byte count, on runs at the ends,
+    /// beside multi-byte characters and across the search's word boundaries.
+    #[test]
+    fn the_longest_run_is_the_one_counted_byte_by_byte() {
+        fn counted(text: &str, byte: u8) -> usize {
+            let (mut longest, mut run) = (0, 0);
+            for &b in text.as_bytes() {
+                run = if b == byte { run + 1 } else { 0 };
+                longest = longest.max(run);
+            }
+            longest
+        }
+        let pieces = ["`", "``", "a", "é", "\u{1F600}", "````````", "\n", " "];
+        let mut seed = 7u64;
+        for _ in 0..2000 {
+            let mut text = String::new();
+            for _ in 0..(seed % 40) {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                text.push_str(pieces[(seed >> 33) as usize % pieces.len()]);
+            }
+            assert_eq!(longest_run(&text, b'`'), counted(&text, b'`'), "{text:?}");
+            assert_eq!(longest_run(&text, b'a'), counted(&text, b'a'), "{text:?}");
+        }
     }
 
     #[test]
