@@ -48,8 +48,9 @@ const ROW_BUDGET: Duration = Duration::from_millis(1);
 /// How long sessionfs writes, in transactions one after the other, with no
 /// other connection open.
 const ALONE_WINDOW: Duration = Duration::from_millis(50);
-/// The longest wait for a gap: past it, sessionfs writes anyway, as a
-/// transaction held open this long is no writer between commits.
+/// How long a transaction held open by another connection holds a gap back:
+/// past it, the next gap after a commit (or a quiet spell) is taken anyway,
+/// as a transaction held open this long is no writer between commits.
 const PATIENCE: Duration = Duration::from_millis(200);
 /// How often the header is read while waiting for a gap.
 const POLL: Duration = Duration::from_micros(250);
@@ -89,15 +90,16 @@ impl<'a> Pacer<'a> {
         loop {
             thread::sleep(POLL);
             let now = Instant::now();
-            if now - started >= PATIENCE {
-                return;
-            }
             let header = self.probe.wal_index_header();
             if header != seen {
                 (seen, last_commit) = (header, Some(now));
                 continue;
             }
-            if self.probe.others_in_transaction() {
+            // Past PATIENCE a transaction held open no longer holds the gap
+            // back, but the gap still follows a commit (or a quiet spell):
+            // writing at once, at any moment, could meet the writer's next
+            // commit (writer_safety, with a reader polling every 3 ms).
+            if now - started < PATIENCE && self.probe.others_in_transaction() {
                 // Reading, or about to write: its commit is yet to come.
                 continue;
             }
