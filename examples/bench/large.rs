@@ -29,21 +29,26 @@ pub fn figure(
         let mut peak = 0;
         let mut cpu_notes = Vec::new();
         let mut sizes = Vec::new();
+        // Each with its bound against the floor: issue 24 asks the build
+        // itself (surface.jsonl) for at most 1.2×.
         let ops = [
             (
                 "cold cat surface.jsonl",
                 format!("cat {name}/surface.jsonl > /dev/null"),
+                1.2,
             ),
             (
                 "cold ls events | wc -l",
                 format!("ls {name}/events | wc -l"),
+                2.0,
             ),
             (
                 "cold cat transcript.md",
                 format!("cat {name}/transcript.md > /dev/null"),
+                2.0,
             ),
         ];
-        for (label, script) in ops {
+        for (label, script, bound) in ops {
             let mount = bench.mount(&store.root(enc), "grace=0");
             bench.cold();
             let script = format!("cd {} && {script}", quote(&mount.dir));
@@ -64,8 +69,6 @@ pub fn figure(
             }
             peak = peak.max(mount.peak_rss());
             mount.finish();
-            // Issue 24 asks the build itself (surface.jsonl) for at most 1.2× the floor.
-            let bound = if label.contains("surface") { 1.2 } else { 2.0 };
             rows.push(time_row(
                 format!("1 {label} [{}]", enc.name()),
                 seconds,

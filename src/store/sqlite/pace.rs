@@ -90,6 +90,11 @@ impl<'a> Pacer<'a> {
         loop {
             thread::sleep(POLL);
             let now = Instant::now();
+            // A writer that never settles (commits closer than SETTLE apart)
+            // holds the flush back no longer than this either.
+            if now - started >= PATIENCE + QUIET {
+                return;
+            }
             let header = self.probe.wal_index_header();
             if header != seen {
                 (seen, last_commit) = (header, Some(now));
