@@ -38,6 +38,8 @@ Options:
                             index=DIR (where scans are kept between mounts;
                             default $XDG_CACHE_HOME/sessionfs), noindex,
                             index_max=MIB (its bound per store, default 1024),
+                            noreadahead (build no session ahead of a reader
+                            that walks the sessions in order),
                             attr_timeout=SECONDS (default 1), fsname=NAME,
                             umask=OCTAL (fixed modes; default: each session's
                             stored read bits),
@@ -92,6 +94,8 @@ pub struct Options {
     pub repair: bool,
     /// Poll used sessions for changes instead of watching the store with inotify.
     pub poll: bool,
+    /// `-o noreadahead`: build no session ahead of a reader walking them in order.
+    pub readahead: bool,
     /// Where a detached sessionfs writes its log (stderr otherwise goes to /dev/null).
     pub log_file: Option<PathBuf>,
     /// `-o index=DIR` / `-o noindex`: where the persistent index lives.
@@ -155,6 +159,7 @@ impl Options {
             "repair" => self.repair = true,
             "poll" => self.poll = true,
             "noindex" => self.index = IndexPlace::Off,
+            "noreadahead" => self.readahead = false,
             "index" => self.index = IndexPlace::Dir(PathBuf::from(need("index")?)),
             "index_max" => {
                 self.index_max_bytes =
@@ -228,6 +233,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         umask: None,
         repair: false,
         poll: false,
+        readahead: true,
         log_file: None,
         index: IndexPlace::Default,
         index_max_bytes: crate::persist::DEFAULT_MAX_BYTES,

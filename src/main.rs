@@ -241,6 +241,7 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
         store_read_bits: std::fs::metadata(&options.store)
             .map_or(0o444, |m| (m.permissions().mode() & 0o444) as u16),
         poll: options.poll,
+        readahead: options.readahead,
         saved_scans: index.clone().map(|index| index as Arc<dyn SavedScans>),
         ..FsConfig::default()
     };

@@ -565,6 +565,54 @@ fn listing_reads_headers_only_and_a_big_session_does_not_slow_the_others() {
     );
 }
 
+/// Asserts that two mounted trees show the same files, `status` aside from
+/// its digits (it tells how long each session has been quiet).
+fn assert_same_tree(what: &str, want: &BTreeMap<String, Vec<u8>>, got: &BTreeMap<String, Vec<u8>>) {
+    let shown = |tree: &BTreeMap<String, Vec<u8>>, name: &str| {
+        tree.get(name).map(|bytes| match name.ends_with("/status") {
+            true => bytes
+                .iter()
+                .filter(|b| !b.is_ascii_digit())
+                .copied()
+                .collect(),
+            false => bytes.clone(),
+        })
+    };
+    for name in want.keys() {
+        assert!(
+            shown(got, name) == shown(want, name),
+            "{what}: {name} differs"
+        );
+    }
+    assert_eq!(got.len(), want.len(), "{what}");
+}
+
+#[test]
+fn a_tree_walked_with_sessions_built_ahead_is_the_tree_walked_without() {
+    for store in ["jsonl-zstd", "sqlite17", "crash/jsonl"] {
+        let copy = store_copy(store);
+        let without = tree(Mount::new(&copy.path, &["-o", "grace=0,noindex,noreadahead"]).path());
+        assert!(without.len() > 300, "{store}: {} files", without.len());
+        let ahead = Mount::builder(&copy.path)
+            .options(&["-o", "grace=0,noindex"])
+            .env("RUST_LOG", "sessionfs=debug")
+            .capture_stderr()
+            .start();
+        let with = tree(ahead.path());
+        let built_ahead = ahead.stderr().matches("ahead of its use").count();
+        drop(ahead);
+        assert_same_tree(
+            &format!("{store}, with and without building ahead"),
+            &without,
+            &with,
+        );
+        assert!(
+            built_ahead >= 3,
+            "{store}: {built_ahead} sessions built ahead"
+        );
+    }
+}
+
 #[test]
 fn a_remount_with_the_persistent_index_shows_what_a_mount_without_one_does() {
     for store in ["jsonl-zstd", "sqlite17", "crash/jsonl", "crash/sqlite17"] {
@@ -589,25 +637,9 @@ fn a_remount_with_the_persistent_index_shows_what_a_mount_without_one_does() {
             "{store}: {} files",
             whole_tree.len()
         );
-        // `status` tells how long the session has been quiet: digits aside.
-        let shown = |tree: &BTreeMap<String, Vec<u8>>, name: &str| {
-            tree.get(name).map(|bytes| match name.ends_with("/status") {
-                true => bytes
-                    .iter()
-                    .filter(|b| !b.is_ascii_digit())
-                    .copied()
-                    .collect(),
-                false => bytes.clone(),
-            })
-        };
-        for name in whole_tree.keys() {
-            let want = shown(&whole_tree, name);
-            assert!(
-                shown(&again_tree, name) == want && shown(&first, name) == want,
-                "{store}: {name} differs between the mounts with and without the index"
-            );
-        }
-        assert_eq!(again_tree.len(), whole_tree.len(), "{store}");
+        let without = format!("{store}, with and without the index");
+        assert_same_tree(&without, &whole_tree, &first);
+        assert_same_tree(&without, &whole_tree, &again_tree);
         assert!(
             continued >= 5,
             "{store}: {continued} sessions continued a saved scan"

@@ -85,6 +85,11 @@ impl Lru {
         self.unlink(victim).map(|bytes| (victim, bytes))
     }
 
+    /// What `slot`'s loaded view holds.
+    pub fn bytes_of(&self, slot: u32) -> Option<usize> {
+        self.links.get(&slot).map(|link| link.bytes)
+    }
+
     /// How many views are loaded.
     pub fn len(&self) -> usize {
         self.links.len()

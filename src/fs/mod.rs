@@ -56,6 +56,7 @@ mod groups;
 mod handles;
 mod names;
 mod open;
+mod readahead;
 mod readdir;
 pub use handles::{Caching, ReadData};
 pub mod inode;
@@ -123,6 +124,9 @@ pub struct FsConfig {
     /// Where sessions' scans are saved for the next mount (the persistent
     /// index); `None` (`-o noindex`): every mount reads each log whole.
     pub saved_scans: Option<Arc<dyn SavedScans>>,
+    /// Build the next session ahead while sessions are used in listing order
+    /// ([`readahead`]); `-o noreadahead` turns it off.
+    pub readahead: bool,
 }
 
 impl Default for FsConfig {
@@ -141,6 +145,7 @@ impl Default for FsConfig {
             store_read_bits: 0o444,
             poll: false,
             saved_scans: None,
+            readahead: true,
         }
     }
 }
@@ -214,6 +219,7 @@ pub struct SessionFs {
     config: FsConfig,
     sessions: Sessions,
     views: Views,
+    readahead: readahead::ReadAhead,
     controls: control::Controls,
     handles: handles::Handles,
     started: SystemTime,
@@ -252,6 +258,7 @@ impl SessionFs {
                 config.grace,
                 config.saved_scans.clone(),
             ),
+            readahead: readahead::ReadAhead::default(),
             controls: control::Controls::default(),
             handles: handles::Handles::default(),
             store,
@@ -430,8 +437,57 @@ impl SessionFs {
         max_age: Duration,
         f: impl FnOnce(&mut SessionView) -> T,
     ) -> Result<T> {
+        self.read_ahead(slot.number);
         self.views
             .with_view(slot.number, &slot.id, max_age, || self.opening(slot), f)
+    }
+
+    /// Starts building the next session on a thread of its own when a request
+    /// uses sessions in listing order ([`readahead`]).
+    fn read_ahead(&self, number: u32) {
+        if !self.config.readahead {
+            return;
+        }
+        let Some(next) = self.readahead.used(number) else {
+            return;
+        };
+        // The reader's session and the one it used before tell how large a view is.
+        let before = if next > number {
+            number - 1
+        } else {
+            number + 1
+        };
+        let slot = self.slot(next).ok().filter(|slot| {
+            self.views.holds_two_like(&[number, before])
+                && !slot.is_gone()
+                && lock(&slot.refusal).is_none()
+                && self.views.is_unloaded(next)
+                && self.spilled(slot).is_none()
+        });
+        let build = slot.zip(self.this.upgrade()).map(|(slot, fs)| {
+            move || {
+                log::debug!("building session {:?} ahead of its use", slot.id);
+                let opening = || fs.opening(&slot);
+                let built = fs
+                    .views
+                    .with_view(next, &slot.id, fs.config.recheck, opening, |_| ());
+                if let Err(e) = built {
+                    log::debug!("building session {:?} ahead: {e}", slot.id);
+                }
+                fs.readahead.finished(next);
+            }
+        });
+        let Some(build) = build else {
+            self.readahead.finished(next);
+            return;
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("ahead".into())
+            .spawn(build)
+        {
+            log::warn!("cannot start a thread to build a session ahead: {e}");
+            self.readahead.finished(next);
+        }
     }
 
     /// How to open a session's view, from what the table knows of it.

@@ -293,6 +293,22 @@ impl Views {
         Ok(Some(f(view)))
     }
 
+    /// True when session `number`'s view is neither loaded nor held (by a
+    /// build or a refresh) now.
+    pub fn is_unloaded(&self, number: u32) -> bool {
+        let slot = self.slot(number);
+        slot.view.try_lock().is_ok_and(|view| view.is_none())
+    }
+
+    /// True when the budget holds two views the size of the largest loaded
+    /// one of `numbers` (false when none is loaded): a view built ahead then
+    /// drops older ones, not the one its reader is on.
+    pub fn holds_two_like(&self, numbers: &[u32]) -> bool {
+        let lru = lock(&self.lru);
+        let largest = numbers.iter().filter_map(|&n| lru.bytes_of(n)).max();
+        largest.is_some_and(|bytes| bytes.saturating_mul(2) <= self.budget)
+    }
+
     /// True when session `number`'s view is loaded and free now.
     pub fn is_loaded(&self, number: u32) -> bool {
         let slot = self.slot(number);

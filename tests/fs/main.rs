@@ -11,6 +11,7 @@ mod common;
 mod files;
 mod forks;
 mod lists;
+mod readahead;
 mod status;
 mod table;
 mod views;
@@ -325,11 +326,14 @@ fn name(n: usize) -> String {
     format!("s{n:06}")
 }
 
+/// Sessions are built ahead of a reader on threads of their own: tests that
+/// count what is read or loaded keep that off, and `readahead`'s tests turn it on.
 fn config() -> FsConfig {
     FsConfig {
         grace: Duration::from_secs(3600),
         relist: Duration::ZERO,
         recheck: Duration::ZERO,
+        readahead: false,
         ..FsConfig::default()
     }
 }
