@@ -458,11 +458,11 @@ impl SessionFs {
             number + 1
         };
         let slot = self.slot(next).ok().filter(|slot| {
-            self.views.holds_two_like(&[number, before])
-                && !slot.is_gone()
+            !slot.is_gone()
                 && lock(&slot.refusal).is_none()
                 && self.views.is_unloaded(next)
                 && self.spilled(slot).is_none()
+                && self.views.make_room_like(&[number, before])
         });
         let build = slot.zip(self.this.upgrade()).map(|(slot, fs)| {
             move || {

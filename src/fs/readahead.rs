@@ -13,7 +13,8 @@
 //!
 //! Bounded like a kernel's readahead: one session ahead, started only by a
 //! use in order; the façade builds it only when it is not loaded, not being
-//! built and not spilled. It goes through the same build as a request's, so
+//! built and not spilled, and after making room for it in the cache (never by
+//! dropping the reader's session). It goes through the same build as a request's, so
 //! it changes no byte shown, only when the work is done. `-o noreadahead`
 //! turns it off.
 

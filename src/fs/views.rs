@@ -182,11 +182,17 @@ impl Views {
     /// others while the cache is over budget. O(1) per view dropped.
     fn note_use(&self, number: u32, memory: usize) {
         lock(&self.lru).record(number, memory);
+        self.drop_beyond(self.budget, number);
+    }
+
+    /// Drops the least recently used views other than `keep` while the views
+    /// hold more than `budget`.
+    fn drop_beyond(&self, budget: usize, keep: u32) {
         // Views in use right now are put back as newest; each is tried once.
         let mut tries = lock(&self.lru).len();
         while tries > 0 {
             tries -= 1;
-            let Some((victim, bytes)) = lock(&self.lru).pop_victim(self.budget, number) else {
+            let Some((victim, bytes)) = lock(&self.lru).pop_victim(budget, keep) else {
                 break;
             };
             let slot = self.slot(victim);
@@ -300,13 +306,21 @@ impl Views {
         slot.view.try_lock().is_ok_and(|view| view.is_none())
     }
 
-    /// True when the budget holds two views the size of the largest loaded
-    /// one of `numbers` (false when none is loaded): a view built ahead then
-    /// drops older ones, not the one its reader is on.
-    pub fn holds_two_like(&self, numbers: &[u32]) -> bool {
-        let lru = lock(&self.lru);
-        let largest = numbers.iter().filter_map(|&n| lru.bytes_of(n)).max();
-        largest.is_some_and(|bytes| bytes.saturating_mul(2) <= self.budget)
+    /// Makes room for one more view the size of the reader's (the largest
+    /// loaded of `reader`, its session first), dropping least recently used
+    /// views but never the reader's: a view built ahead then costs no memory
+    /// beyond the budget. False, with nothing dropped, when the budget does
+    /// not hold two views that size or none of `reader` is loaded.
+    pub fn make_room_like(&self, reader: &[u32]) -> bool {
+        let largest = {
+            let lru = lock(&self.lru);
+            reader.iter().filter_map(|&n| lru.bytes_of(n)).max()
+        };
+        let Some(bytes) = largest.filter(|bytes| bytes.saturating_mul(2) <= self.budget) else {
+            return false;
+        };
+        self.drop_beyond(self.budget - bytes, reader[0]);
+        true
     }
 
     /// True when session `number`'s view is loaded and free now.
