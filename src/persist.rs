@@ -357,6 +357,10 @@ impl SavedScans for PersistentIndex {
     fn save(&self, key: &SessionKey, bytes: Vec<u8>) {
         self.enqueue(key.describe(), bytes, false);
     }
+
+    fn queued_bytes(&self) -> usize {
+        lock(&self.shared.pending).bytes
+    }
 }
 
 enum Miss {

@@ -182,7 +182,14 @@ impl Views {
     /// others while the cache is over budget. O(1) per view dropped.
     fn note_use(&self, number: u32, memory: usize) {
         lock(&self.lru).record(number, memory);
-        self.drop_beyond(self.budget, number);
+        self.drop_beyond(self.budget(), number);
+    }
+
+    /// The bytes views may hold now: the budget less the scans queued to be
+    /// saved, which are copies of views' contents held until written.
+    fn budget(&self) -> usize {
+        let queued = self.saved_scans.as_ref().map_or(0, |s| s.queued_bytes());
+        self.budget.saturating_sub(queued)
     }
 
     /// Drops the least recently used views other than `keep` while the views
@@ -316,10 +323,11 @@ impl Views {
             let lru = lock(&self.lru);
             reader.iter().filter_map(|&n| lru.bytes_of(n)).max()
         };
-        let Some(bytes) = largest.filter(|bytes| bytes.saturating_mul(2) <= self.budget) else {
+        let budget = self.budget();
+        let Some(bytes) = largest.filter(|bytes| bytes.saturating_mul(2) <= budget) else {
             return false;
         };
-        self.drop_beyond(self.budget - bytes, reader[0]);
+        self.drop_beyond(budget - bytes, reader[0]);
         true
     }
 

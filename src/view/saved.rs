@@ -29,6 +29,12 @@ pub trait SavedScans: Send + Sync + std::fmt::Debug {
 
     /// Keeps `bytes` for `key` in place of what was kept.
     fn save(&self, key: &SessionKey, bytes: Vec<u8>);
+
+    /// Bytes handed to `save` and held in memory until kept: memory the
+    /// view cache leaves them.
+    fn queued_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// Bumped whenever the layout below or any saved type changes: bytes of

@@ -39,6 +39,43 @@ fn views_beyond_the_budget_are_dropped_least_recently_used_first() {
     assert!(bytes > 0);
 }
 
+/// A keeper of saved scans that keeps nothing and says it holds `0` bytes
+/// queued for writing.
+#[derive(Debug)]
+struct Backlog(usize);
+
+impl sessionfs::view::SavedScans for Backlog {
+    fn load(&self, _key: &SessionKey) -> Option<Vec<u8>> {
+        None
+    }
+    fn save(&self, _key: &SessionKey, _bytes: Vec<u8>) {}
+    fn queued_bytes(&self) -> usize {
+        self.0
+    }
+}
+
+#[test]
+fn scans_queued_for_saving_count_against_the_cache_budget() {
+    const BUDGET: usize = 1 << 30;
+    let loaded = |queued: usize| {
+        let world = World::new(
+            3,
+            usize::MAX,
+            FsConfig {
+                cache_bytes: BUDGET,
+                saved_scans: Some(Arc::new(Backlog(queued))),
+                ..config()
+            },
+        );
+        for n in 0..3 {
+            world.read_all(world.file(&name(n), "transcript.md"));
+        }
+        world.fs.cache_usage().0
+    };
+    assert_eq!(loaded(0), 3);
+    assert_eq!(loaded(BUDGET - 1), 1, "the queue leaves room for one view");
+}
+
 #[test]
 fn a_handle_follows_growth_and_keeps_its_snapshot_when_rewritten() {
     let world = World::new(0, 0, config());
