@@ -29,6 +29,8 @@
 //! Lock order (a lock may be taken while holding those above it, never below):
 //! 0. `Sessions::relisting`, held while the store is listed (never under a
 //!    view; what the listing moved is re-read after it let go).
+//!    `Sessions::streaming` is awaited by a root `readdir` with no lock held
+//!    (it reads the table under it); the listing takes it alone to wake them.
 //! 1. One session's view lock (`views`): held while it is loaded, refreshed
 //!    or rendered. At most one is awaited at a time; eviction only
 //!    `try_lock`s another session's view.
@@ -84,9 +86,19 @@ use crate::view::{Content, FileId, Refused, SavedScans, SessionView};
 use follow::Watched;
 use inode::{Ino, Lists, Node};
 use paged::{Spill, Spilled};
-use sessions::{Relisted, Sessions, Slot};
+use sessions::{Relisted, Sessions, Slot, Streaming};
 use views::{Opening, Views};
 use writeback::Writeback;
+
+/// Ends a streamed listing however its thread ends (a panic included), so
+/// no reader waits for parts that will not come.
+struct EndStreaming<'a>(&'a Sessions);
+
+impl Drop for EndStreaming<'_> {
+    fn drop(&mut self) {
+        self.0.end_streaming();
+    }
+}
 
 /// How the mount presents files.
 #[derive(Clone, Debug)]
@@ -348,6 +360,38 @@ impl SessionFs {
         }
         for (slot, listing) in moved {
             self.reread(&slot, listing);
+        }
+    }
+
+    /// Lists the store for a listing of the root from its start: the mount's
+    /// first listing on a thread of its own, whose sessions the root's
+    /// `readdir` answers part by part as it takes them in; any later one here
+    /// and now, when the last is older than `relist`.
+    fn list_store(&self) {
+        match self.sessions.begin_streaming() {
+            Streaming::Running => {}
+            Streaming::No => self.relist(self.config.relist),
+            Streaming::Begun => {
+                let listing = self.this.upgrade().map(|fs| {
+                    move || {
+                        let _ended = EndStreaming(&fs.sessions);
+                        fs.relist(fs.config.relist);
+                    }
+                });
+                let started = listing.map(|listing| {
+                    std::thread::Builder::new()
+                        .name("listing".into())
+                        .spawn(listing)
+                });
+                if let Some(Ok(_)) = started {
+                    return;
+                }
+                if let Some(Err(e)) = started {
+                    log::warn!("cannot start a thread to list the store: {e}");
+                }
+                self.sessions.end_streaming();
+                self.relist(self.config.relist);
+            }
         }
     }
 

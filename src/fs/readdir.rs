@@ -1,12 +1,13 @@
-//! Listings: `readdir` of every directory kind, the root's own entries before
-//! its sessions, and `readdirplus`'s attributes where they cost nothing.
+//! Listings: `readdir` of every directory kind, the root's sessions answered
+//! while the mount's first listing runs, and `readdirplus`'s attributes where
+//! they cost nothing.
 
 use super::inode::{self, Ino, Lists, Node};
 use super::{DirEntry, EntryPlus, Kind, SESSION_FILES, SessionFs, is_paged, is_rewritable, lists};
 use crate::error::{Error, Result};
 
-/// The root's own entries before its sessions: `flush` and the lists.
-const ROOT_OWN: u64 = 1 + lists::ROOT_LISTS.len() as u64;
+/// The root's offset of its first list, past any session slot.
+const LISTS_AT: u64 = 1 << 40;
 
 impl SessionFs {
     /// Up to `limit` entries of a directory from `offset` on (0 to start, then
@@ -87,48 +88,73 @@ impl SessionFs {
         }
     }
 
-    /// The root: `flush` at offset 0, the lists at 1 to 3, then session slot
-    /// `k` at offset `k + 4`. Slots are only appended, so an offset keeps
-    /// naming the same entry while sessions appear mid-listing; sessions gone
-    /// from the store are skipped.
+    /// The root: `flush` at offset 0, session slot `k` at offset `k + 1`,
+    /// then the lists from offset [`LISTS_AT`]. The lists come last because
+    /// their sizes and targets need the whole listing: a first listing is
+    /// answered part by part while it runs (`ls -l` stats each entry as it
+    /// reads it), and the lists once it has ended. Slots are only appended, so
+    /// an offset keeps naming the same entry while sessions appear
+    /// mid-listing; sessions gone from the store are skipped.
     fn list_root(&self, offset: u64, limit: usize) -> Vec<DirEntry> {
         if offset == 0 {
             // A listing from the start shows the store as it is now.
-            self.relist(self.config.relist);
+            self.list_store();
         }
-        let own = std::iter::once(("flush", inode::ROOT_FLUSH, Kind::File)).chain(
-            lists::ROOT_LISTS.iter().map(|(name, list, kind)| {
-                let list = match list {
-                    Lists::Catalog(_) => Lists::Catalog(self.sessions.catalog_generation()),
-                    list => *list,
-                };
-                (*name, Ino::Lists(list).encode(), *kind)
-            }),
-        );
+        let mut entries = Vec::new();
+        if offset == 0 {
+            entries.push(DirEntry {
+                ino: inode::ROOT_FLUSH,
+                kind: Kind::File,
+                name: "flush".into(),
+                next: 1,
+            });
+        }
+        if offset < LISTS_AT && entries.len() < limit {
+            let mut from = offset.saturating_sub(1) as usize;
+            let room = limit - entries.len();
+            let listed_all = loop {
+                let listed_all = self.sessions.wait_for_slots(from + room);
+                let sessions = self.sessions.listed_from(from, room);
+                if !sessions.is_empty() || listed_all {
+                    entries.extend(sessions.into_iter().map(|(number, slot)| DirEntry {
+                        ino: Ino::Session(number, Node::Dir).encode(),
+                        kind: Kind::Dir,
+                        name: slot.name.clone(),
+                        next: u64::from(number) + 2,
+                    }));
+                    break listed_all;
+                }
+                // Every slot in `from..from + room` is gone: look further on.
+                from += room;
+            };
+            // Sessions still coming: the lists wait for the next call.
+            if !listed_all || entries.len() == limit {
+                return entries;
+            }
+        }
+        let lists = lists::ROOT_LISTS.iter().map(|(name, list, kind)| {
+            let list = match list {
+                Lists::Catalog(_) => Lists::Catalog(self.sessions.catalog_generation()),
+                list => *list,
+            };
+            (*name, Ino::Lists(list).encode(), *kind)
+        });
         // `latest` leads nowhere in a store without sessions: not listed then.
         let no_latest = self.sessions.latest(None).is_none();
-        let mut entries: Vec<DirEntry> = own
-            .enumerate()
-            .skip(offset as usize)
-            .filter(|(_, (name, _, _))| !(no_latest && *name == "latest"))
-            .take(limit)
-            .map(|(k, (name, ino, kind))| DirEntry {
-                ino,
-                kind,
-                name: name.into(),
-                next: k as u64 + 1,
-            })
-            .collect();
-        let first_slot = offset.saturating_sub(ROOT_OWN) as usize;
         let room = limit - entries.len();
-        entries.extend(self.sessions.listed_from(first_slot, room).into_iter().map(
-            |(number, slot)| DirEntry {
-                ino: Ino::Session(number, Node::Dir).encode(),
-                kind: Kind::Dir,
-                name: slot.name.clone(),
-                next: u64::from(number) + ROOT_OWN + 1,
-            },
-        ));
+        entries.extend(
+            lists
+                .enumerate()
+                .skip(offset.saturating_sub(LISTS_AT) as usize)
+                .filter(|(_, (name, _, _))| !(no_latest && *name == "latest"))
+                .take(room)
+                .map(|(k, (name, ino, kind))| DirEntry {
+                    ino,
+                    kind,
+                    name: name.into(),
+                    next: LISTS_AT + k as u64 + 1,
+                }),
+        );
         entries
     }
 

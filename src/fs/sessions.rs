@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use super::groups::{By, Groups, NO_SLOT};
@@ -332,12 +332,19 @@ fn duplicate(id: &str, keys: &[String]) -> Refusal {
 ///
 /// Lock order: `relisting`, then `table`, then the leaves (`removed`, a
 /// slot's `listed` and `refusal`). No view is ever awaited under `table`.
+/// `streaming` is taken before `table` (a reader waiting for slots), and the
+/// listing takes it with nothing held, only to wake those readers.
 pub(super) struct Sessions {
     store: Arc<dyn Backend>,
     table: RwLock<Table>,
     /// Held while the store is listed: two listings at once would each take
     /// the other's sessions for removed.
     relisting: Mutex<()>,
+    /// True while the mount's first listing runs on a thread of its own: the
+    /// root's readdir answers from the parts it took in so far.
+    streaming: Mutex<bool>,
+    /// Signalled when that listing takes in a part, and when it ends.
+    part_taken: Condvar,
     /// Names of sessions removed from the store, for the kernel to forget.
     removed: Mutex<Vec<String>>,
     /// The store's mark of added sessions as of the last listing (SQLite: the
@@ -354,6 +361,16 @@ struct Catalog {
     version: Option<u64>,
     bytes: Bytes,
     shown: Shown,
+}
+
+/// Whether a first listing is streamed.
+pub(super) enum Streaming {
+    /// Begun now: the caller runs it.
+    Begun,
+    /// Already running on its thread.
+    Running,
+    /// The store was listed before: list it as usual.
+    No,
 }
 
 /// What a listing of the store changed that the caller must act on.
@@ -375,6 +392,8 @@ impl Sessions {
             store,
             table: RwLock::default(),
             relisting: Mutex::default(),
+            streaming: Mutex::default(),
+            part_taken: Condvar::new(),
             removed: Mutex::default(),
             added: Mutex::default(),
             catalog: Mutex::default(),
@@ -458,6 +477,8 @@ impl Sessions {
                     &mut relisted.moved,
                 );
             }
+            drop(table);
+            self.wake_readers();
         });
         if let Err(refusal) = listed {
             // Not a verdict that every session is gone: remove nothing.
@@ -498,6 +519,53 @@ impl Sessions {
         table.version += 1;
         *lock(&self.added) = added;
         relisted
+    }
+
+    /// Marks the mount's first listing as streamed, when no listing has
+    /// ended yet and none is streamed: the caller then runs it on a thread
+    /// of its own and calls [`Self::end_streaming`] when it ends.
+    pub fn begin_streaming(&self) -> Streaming {
+        let mut streaming = lock(&self.streaming);
+        if *streaming {
+            return Streaming::Running;
+        }
+        if self.table().listed_at.is_some() {
+            return Streaming::No;
+        }
+        *streaming = true;
+        Streaming::Begun
+    }
+
+    /// The streamed listing ended (or was never started).
+    pub fn end_streaming(&self) {
+        *lock(&self.streaming) = false;
+        self.part_taken.notify_all();
+    }
+
+    fn wake_readers(&self) {
+        let _streaming = lock(&self.streaming);
+        self.part_taken.notify_all();
+    }
+
+    /// Waits while a streamed listing runs and the table holds fewer than
+    /// `slots` slots. True when no streamed listing runs: every slot that
+    /// listing adds is then in the table.
+    pub fn wait_for_slots(&self, slots: usize) -> bool {
+        let mut streaming = lock(&self.streaming);
+        loop {
+            if !*streaming {
+                return true;
+            }
+            if self.table().len() >= slots {
+                return false;
+            }
+            // Timed only as a backstop: every part taken in wakes the readers.
+            streaming = self
+                .part_taken
+                .wait_timeout(streaming, Duration::from_secs(1))
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
     }
 
     /// True when the store has added a session since the last listing, as

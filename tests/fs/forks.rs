@@ -66,10 +66,7 @@ fn no_operation_walks_the_store() {
     let polled = world.calls.revision.load(Ordering::Relaxed) - before;
     assert_eq!(polled, 40, "a poll checks the loaded sessions only");
     // A batch of a listing costs its entries.
-    let batch = world
-        .fs
-        .readdir(ROOT, 3999 + ROOT_OWN.len() as u64, 10)
-        .expect("batch");
+    let batch = world.fs.readdir(ROOT, 3999 + 1, 10).expect("batch");
     assert_eq!(
         batch.iter().map(|e| e.name.clone()).collect::<Vec<_>>(),
         (3999..4009).map(name).collect::<Vec<_>>()

@@ -50,6 +50,8 @@ struct Calls {
     incarnation: AtomicUsize,
     /// When set, a scan stops after this many events until `release`.
     hold_after: Mutex<Option<usize>>,
+    /// When set, a listing stops after this many parts until `release`.
+    hold_parts: Mutex<Option<usize>>,
     released: Condvar,
     /// Called with each session the store is asked to write, before it is.
     before_create: Mutex<Option<CreateHook>>,
@@ -68,7 +70,27 @@ impl Calls {
 
     fn release(&self) {
         *self.hold_after.lock().unwrap() = None;
+        *self.hold_parts.lock().unwrap() = None;
         self.released.notify_all();
+    }
+
+    fn hold_listing(&self, after_parts: usize) {
+        *self.hold_parts.lock().unwrap() = Some(after_parts);
+    }
+
+    /// Blocks a listing that handed over `parts` parts while a hold is set
+    /// there, for 10 s at most.
+    fn wait_if_listing_held(&self, parts: usize) {
+        let hold = self.hold_parts.lock().unwrap();
+        let (mut hold, waited) = self
+            .released
+            .wait_timeout_while(hold, Duration::from_secs(10), |hold| {
+                hold.is_some_and(|after| parts >= after)
+            })
+            .unwrap();
+        if waited.timed_out() {
+            *hold = None;
+        }
     }
 
     /// Blocks a scan that has passed `events` while a hold is set there, for
@@ -123,8 +145,9 @@ impl Catalog for Counted {
 
     fn list_parts(&self, each: &mut dyn FnMut(Vec<Listing>)) -> Result<(), Refusal> {
         let all = self.try_list()?;
-        for part in all.chunks(self.part) {
+        for (k, part) in all.chunks(self.part).enumerate() {
             each(part.to_vec());
+            self.calls.wait_if_listing_held(k + 1);
         }
         each(self.extra.clone());
         Ok(())
@@ -312,14 +335,16 @@ fn read_handle(fs: &SessionFs, fh: u64) -> Vec<u8> {
     }
 }
 
-/// The root's own entries, listed before its sessions.
+/// The root's own entries: `flush` before the sessions, the lists after them.
 const ROOT_OWN: [&str; 5] = ["flush", "sessions.jsonl", "latest", "by-project", "by-date"];
 
 /// The sessions the root lists, in listing order.
 fn sessions_listed(fs: &SessionFs, batch: usize) -> Vec<String> {
     let names = list(fs, ROOT, batch);
-    assert_eq!(names[..ROOT_OWN.len()], ROOT_OWN.map(String::from));
-    names[ROOT_OWN.len()..].to_vec()
+    let lists = names.len() - (ROOT_OWN.len() - 1);
+    assert_eq!(names[0], ROOT_OWN[0]);
+    assert_eq!(names[lists..], ROOT_OWN[1..]);
+    names[1..lists].to_vec()
 }
 
 fn name(n: usize) -> String {

@@ -7,7 +7,7 @@ fn the_root_lists_every_session_once_by_cookie_and_new_ones_at_the_end() {
     let world = World::new(50, 42, config());
     let first = world.fs.readdir(ROOT, 0, 7).expect("readdir");
     assert_eq!(first[0].name, "flush");
-    assert_eq!(first[1].name, "sessions.jsonl");
+    assert_eq!(first[1].name, name(0));
     // A session created mid-listing does not move the entries already listed.
     world.store.insert(
         SessionHeader::new("a-new-one", 1_772_457_300_000),
@@ -21,16 +21,53 @@ fn the_root_lists_every_session_once_by_cookie_and_new_ones_at_the_end() {
         offset = last.next;
         names.extend(entries.into_iter().map(|e| e.name));
     }
-    let expected: Vec<String> = ROOT_OWN
-        .iter()
-        .map(|n| n.to_string())
+    let expected: Vec<String> = std::iter::once(ROOT_OWN[0].to_string())
         .chain((0..50).map(name))
+        .chain(ROOT_OWN[1..].iter().map(|n| n.to_string()))
         .collect();
     assert_eq!(names, expected);
     // A listing from the start shows it.
     let again = list(&world.fs, ROOT, 11);
     assert_eq!(again.len(), ROOT_OWN.len() + 51);
     assert!(again.contains(&"a-new-one".to_string()));
+}
+
+#[test]
+fn the_first_listing_is_answered_part_by_part_and_the_lists_come_after_it() {
+    let world = World::new(30, 5, config());
+    // The store hands its listing over in parts of 7: it stops after two.
+    world.calls.hold_listing(2);
+    let first = world.fs.readdir(ROOT, 0, 10).expect("readdir");
+    let names: Vec<String> = first.iter().map(|e| e.name.clone()).collect();
+    let expected: Vec<String> = std::iter::once("flush".to_string())
+        .chain((0..9).map(name))
+        .collect();
+    assert_eq!(names, expected, "answered from the first parts");
+    // Past the parts taken in, a reader waits for the listing.
+    let offset = first.last().expect("entries").next;
+    let fs = world.fs.clone();
+    let rest = std::thread::spawn(move || {
+        let mut names = Vec::new();
+        let mut offset = offset;
+        loop {
+            let entries = fs.readdir(ROOT, offset, 10).expect("readdir");
+            let Some(last) = entries.last() else {
+                return names;
+            };
+            offset = last.next;
+            names.extend(entries.into_iter().map(|e| e.name));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!rest.is_finished(), "the rest waits for the listing");
+    world.calls.release();
+    let rest = rest.join().expect("reader");
+    let expected: Vec<String> = (9..30)
+        .map(name)
+        .chain(ROOT_OWN[1..].iter().map(|n| n.to_string()))
+        .collect();
+    assert_eq!(rest, expected, "every session once, then the lists");
+    assert_eq!(world.calls.list.load(Ordering::Relaxed), 1, "one listing");
 }
 
 #[test]
