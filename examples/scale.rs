@@ -24,7 +24,9 @@
 //!   FUSE store, after 1,000 sessions were read: polling costs what the
 //!   sessions in use cost, so it must not grow with the store.
 //!
-//! Must run as root (it mounts). Stores are cached under `--dir`.
+//! Must run as root (it mounts). Stores are cached under `--dir`. With
+//! `--drop-caches` every floor and every cold `ls -l` starts with the page
+//! cache dropped: with `--dir` on a disk, that is a mount at login.
 
 // Shared with the bench example, which uses more of it.
 #[allow(dead_code)]
@@ -36,7 +38,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mount::{Mount, quote, time_sh};
+use mount::{Mount, drop_caches, quote, time_sh};
 use sessionfs::model::ids::{encode_segment, project_dir};
 
 const USAGE: &str = "\
@@ -46,6 +48,8 @@ Options:
   --sizes LIST     comma-separated store sizes (default 1000,10000,100000)
   --dir PATH       where stores are generated (default /dev/shm/sessionfs-scale)
   --idle SECS      how long the idle CPU is measured (default 20)
+  --drop-caches    drop the page cache before each floor and cold `ls -l`
+                   (with --dir on a disk: cold reads from the disk)
   --no-build       do not run `cargo build --release --bin sessionfs` first
   -h, --help       print this help
 ";
@@ -58,6 +62,7 @@ struct Options {
     dir: PathBuf,
     idle: f64,
     build: bool,
+    drop_caches: bool,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -66,6 +71,7 @@ fn parse_options() -> Result<Options, String> {
         dir: PathBuf::from("/dev/shm/sessionfs-scale"),
         idle: 20.0,
         build: true,
+        drop_caches: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -84,6 +90,7 @@ fn parse_options() -> Result<Options, String> {
                     .map_err(|_| "--idle takes a number")?
             }
             "--no-build" => options.build = false,
+            "--drop-caches" => options.drop_caches = true,
             "-h" | "--help" => {
                 print!("{USAGE}");
                 std::process::exit(0);
@@ -228,6 +235,19 @@ fn best_of_3(script: &str) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// The best of 3 runs of `script`, each after the page cache is dropped when
+/// `cold`.
+fn best_of_3_cold(script: &str, cold: bool) -> f64 {
+    (0..3)
+        .map(|_| {
+            if cold {
+                drop_caches();
+            }
+            time_sh(script).0
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
 fn measure(options: &Options, binary: &Path, size: usize) -> Row {
     let root = generate(&options.dir, size);
     let all = logs(&root);
@@ -241,17 +261,24 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
             .join("\n"),
     )
     .expect("list");
-    let floor = best_of_3(&format!(
-        "xargs -P2 -n 2000 head -qn1 < {} > /dev/null",
-        quote(&list_file)
-    ));
+    let cold = options.drop_caches;
+    let floor = best_of_3_cold(
+        &format!(
+            "xargs -P2 -n 2000 head -qn1 < {} > /dev/null",
+            quote(&list_file)
+        ),
+        cold,
+    );
     let names = names_dir(&options.dir, size);
     let tmpfs_ls = best_of_3(&format!("ls {} | wc -l", quote(&names)));
     let tmpfs_ls_l = best_of_3(&format!("ls -l {} | wc -l", quote(&names)));
-    let stat_floor = best_of_3(&format!(
-        "find {} -name 'session.jsonl*' -printf '%s %T@\\n' > /dev/null",
-        quote(&root)
-    ));
+    let stat_floor = best_of_3_cold(
+        &format!(
+            "find {} -name 'session.jsonl*' -printf '%s %T@\\n' > /dev/null",
+            quote(&root)
+        ),
+        cold,
+    );
 
     let mnt = options.dir.join("mnt");
     let log = options.dir.join("sessionfs.log");
@@ -259,10 +286,13 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
     let _ = fs::remove_dir_all(&index);
     let index_option = format!("index={}", index.display());
     let mount = Mount::new(binary, &root, &mnt, &index_option, &log);
+    if cold {
+        drop_caches();
+    }
     let (cold_ls, out) = time_sh(&format!("ls -l {} | wc -l", quote(&mnt)));
     let listed: usize = out.trim().parse().unwrap_or(0);
-    // `total` line, then `flush`, `sessions.jsonl`, `latest`, `by-project`, `by-date`
-    // and every session.
+    // `total` line, then `flush`, every session, and `sessions.jsonl`,
+    // `latest`, `by-project`, `by-date`.
     assert_eq!(listed, size + 6, "ls -l listed {listed} lines");
     let rss_bytes = mount.peak_rss();
     let warm_ls = best_of_3(&format!("ls {} | wc -l", quote(&mnt)));
@@ -301,6 +331,9 @@ fn measure(options: &Options, binary: &Path, size: usize) -> Row {
     });
     // The first mount saved the headers it read as it ended.
     let mount = Mount::new(binary, &root, &mnt, &index_option, &log);
+    if cold {
+        drop_caches();
+    }
     let (remount_ls, out) = time_sh(&format!("ls -l {} | wc -l", quote(&mnt)));
     assert_eq!(out.trim(), (size + 6).to_string(), "ls -l after a remount");
     mount.finish();

@@ -55,9 +55,32 @@ const PATIENCE: Duration = Duration::from_millis(200);
 /// How often the header is read while waiting for a gap.
 const POLL: Duration = Duration::from_micros(250);
 
+/// What the pacer reads of the other connections: [`WriterProbe`], or a
+/// scripted one in tests.
+pub(super) trait Probe {
+    /// What the locks say of another connection now.
+    fn writer(&self) -> WriterPresence;
+    /// The WAL-index header, which every commit rewrites.
+    fn wal_index_header(&self) -> Option<[u8; 48]>;
+    /// True when another connection is inside a transaction.
+    fn others_in_transaction(&self) -> bool;
+}
+
+impl Probe for WriterProbe {
+    fn writer(&self) -> WriterPresence {
+        WriterProbe::writer(self)
+    }
+    fn wal_index_header(&self) -> Option<[u8; 48]> {
+        WriterProbe::wal_index_header(self)
+    }
+    fn others_in_transaction(&self) -> bool {
+        WriterProbe::others_in_transaction(self)
+    }
+}
+
 /// Finds gaps between another writer's commits.
 pub(super) struct Pacer<'a> {
-    probe: &'a WriterProbe,
+    probe: &'a dyn Probe,
     /// When the current gap started.
     window: Instant,
     /// No other connection was open at the gap's start.
@@ -65,7 +88,7 @@ pub(super) struct Pacer<'a> {
 }
 
 impl<'a> Pacer<'a> {
-    pub(super) fn new(probe: &'a WriterProbe) -> Pacer<'a> {
+    pub(super) fn new(probe: &'a dyn Probe) -> Pacer<'a> {
         Pacer {
             probe,
             window: Instant::now(),
@@ -141,5 +164,98 @@ impl<'a> Pacer<'a> {
     /// the write lock longer than a gap's.
     pub(super) fn row_budget(&self) -> Duration {
         if self.alone { WINDOW } else { ROW_BUDGET }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Another connection that commits every `every` from its creation on
+    /// (never, for `None`), and is inside a transaction or not.
+    struct Scripted {
+        start: Instant,
+        every: Option<Duration>,
+        in_transaction: bool,
+    }
+
+    impl Scripted {
+        fn new(every: Option<Duration>, in_transaction: bool) -> Scripted {
+            Scripted {
+                start: Instant::now(),
+                every,
+                in_transaction,
+            }
+        }
+
+        /// How many commits were made by now.
+        fn commits(&self) -> u128 {
+            self.every.map_or(0, |every| {
+                self.start.elapsed().as_nanos() / every.as_nanos()
+            })
+        }
+
+        /// How long ago the last commit was.
+        fn since_commit(&self) -> Duration {
+            let every = self.every.expect("a committing writer");
+            let elapsed = self.start.elapsed().as_nanos();
+            Duration::from_nanos((elapsed % every.as_nanos()) as u64)
+        }
+    }
+
+    impl Probe for Scripted {
+        fn writer(&self) -> WriterPresence {
+            WriterPresence::Connected
+        }
+        fn wal_index_header(&self) -> Option<[u8; 48]> {
+            let mut header = [0; 48];
+            header[..16].copy_from_slice(&self.commits().to_le_bytes());
+            Some(header)
+        }
+        fn others_in_transaction(&self) -> bool {
+            self.in_transaction
+        }
+    }
+
+    /// How long `gap` waited.
+    fn waited(probe: &Scripted) -> Duration {
+        let started = Instant::now();
+        Pacer::new(probe).gap();
+        started.elapsed()
+    }
+
+    #[test]
+    fn past_patience_a_transaction_held_open_still_gets_a_gap_after_a_commit() {
+        // A writer committing every 20 ms beside a reader that never ends its
+        // transaction: past PATIENCE, the gap still follows a commit by
+        // SETTLE, not any moment (a commit falls at PATIENCE itself).
+        let probe = Scripted::new(Some(Duration::from_millis(20)), true);
+        let waited = waited(&probe);
+        assert!(waited >= PATIENCE, "{waited:?}");
+        assert!(
+            waited < PATIENCE + QUIET + Duration::from_secs(1),
+            "{waited:?}"
+        );
+        let since = probe.since_commit();
+        assert!(since >= SETTLE, "written {since:?} after a commit");
+    }
+
+    #[test]
+    fn a_writer_that_never_settles_holds_the_gap_back_a_bounded_time() {
+        let probe = Scripted::new(Some(Duration::from_micros(500)), true);
+        let waited = waited(&probe);
+        assert!(waited >= PATIENCE + QUIET, "{waited:?}");
+        assert!(
+            waited < PATIENCE + QUIET + Duration::from_secs(1),
+            "{waited:?}"
+        );
+    }
+
+    #[test]
+    fn an_idle_writer_gives_a_gap_after_a_quiet_spell() {
+        let probe = Scripted::new(None, false);
+        let waited = waited(&probe);
+        assert!(waited >= QUIET, "{waited:?}");
+        assert!(waited < PATIENCE, "{waited:?}");
     }
 }
