@@ -137,7 +137,7 @@ pub struct FsConfig {
     /// index); `None` (`-o noindex`): every mount reads each log whole.
     pub saved_scans: Option<Arc<dyn SavedScans>>,
     /// Build the next session ahead while sessions are used in listing order
-    /// ([`readahead`]); `-o noreadahead` turns it off.
+    /// (`fs/readahead.rs`); `-o noreadahead` turns it off.
     pub readahead: bool,
 }
 

@@ -429,6 +429,14 @@ impl Sessions {
             return Relisted::default();
         }
         let _listing = lock(&self.relisting);
+        // A listing that ended while this one waited for it is as fresh.
+        if self
+            .table()
+            .listed_at
+            .is_some_and(|at| at.elapsed() < max_age)
+        {
+            return Relisted::default();
+        }
         // Taken before listing: a session added meanwhile moves it again.
         let added = self.store.added_mark();
         let generation = {
