@@ -565,6 +565,15 @@ fn listing_reads_headers_only_and_a_big_session_does_not_slow_the_others() {
     );
 }
 
+/// A mount with `-o options` whose debug log the test reads.
+fn logged_mount(store: &Path, options: &str) -> Mount {
+    Mount::builder(store)
+        .options(&["-o", options])
+        .env("RUST_LOG", "sessionfs=debug")
+        .capture_stderr()
+        .start()
+}
+
 /// Asserts that two mounted trees show the same files, `status` aside from
 /// its digits (it tells how long each session has been quiet).
 fn assert_same_tree(what: &str, want: &BTreeMap<String, Vec<u8>>, got: &BTreeMap<String, Vec<u8>>) {
@@ -593,11 +602,7 @@ fn a_tree_walked_with_sessions_built_ahead_is_the_tree_walked_without() {
         let copy = store_copy(store);
         let without = tree(Mount::new(&copy.path, &["-o", "grace=0,noindex,noreadahead"]).path());
         assert!(without.len() > 300, "{store}: {} files", without.len());
-        let ahead = Mount::builder(&copy.path)
-            .options(&["-o", "grace=0,noindex"])
-            .env("RUST_LOG", "sessionfs=debug")
-            .capture_stderr()
-            .start();
+        let ahead = logged_mount(&copy.path, "grace=0,noindex");
         let with = tree(ahead.path());
         let built_ahead = ahead.stderr().matches("ahead of its use").count();
         drop(ahead);
@@ -621,11 +626,7 @@ fn a_remount_with_the_persistent_index_shows_what_a_mount_without_one_does() {
         let options = format!("grace=0,index={}", index.path().display());
         // The first mount reads every log and saves its scans as it unmounts.
         let first = tree(Mount::new(&copy.path, &["-o", &options]).path());
-        let again = Mount::builder(&copy.path)
-            .options(&["-o", &options])
-            .env("RUST_LOG", "sessionfs=debug")
-            .capture_stderr()
-            .start();
+        let again = logged_mount(&copy.path, &options);
         let again_tree = tree(again.path());
         let continued = again.stderr().matches("continuing its saved scan").count();
         drop(again);

@@ -78,29 +78,24 @@ impl Calls {
         *self.hold_parts.lock().unwrap() = Some(after_parts);
     }
 
-    /// Blocks a listing that handed over `parts` parts while a hold is set
-    /// there, for 10 s at most.
+    /// Blocks a listing that handed over `parts` parts while a hold is set there.
     fn wait_if_listing_held(&self, parts: usize) {
-        let hold = self.hold_parts.lock().unwrap();
-        let (mut hold, waited) = self
-            .released
-            .wait_timeout_while(hold, Duration::from_secs(10), |hold| {
-                hold.is_some_and(|after| parts >= after)
-            })
-            .unwrap();
-        if waited.timed_out() {
-            *hold = None;
-        }
+        self.wait_while_held(&self.hold_parts, parts);
     }
 
-    /// Blocks a scan that has passed `events` while a hold is set there, for
-    /// 10 s at most: a test that waits on the scan fails instead of hanging.
+    /// Blocks a scan that has passed `events` while a hold is set there.
     fn wait_if_held(&self, events: usize) {
-        let hold = self.hold_after.lock().unwrap();
+        self.wait_while_held(&self.hold_after, events);
+    }
+
+    /// Blocks while `hold` is set at `reached` or below, for 10 s at most: a
+    /// test that waits on the held work fails instead of hanging.
+    fn wait_while_held(&self, hold: &Mutex<Option<usize>>, reached: usize) {
+        let hold = hold.lock().unwrap();
         let (mut hold, waited) = self
             .released
             .wait_timeout_while(hold, Duration::from_secs(10), |hold| {
-                hold.is_some_and(|after| events >= after)
+                hold.is_some_and(|after| reached >= after)
             })
             .unwrap();
         if waited.timed_out() {
