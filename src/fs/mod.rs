@@ -512,6 +512,8 @@ impl SessionFs {
             move || {
                 log::debug!("building session {:?} ahead of its use", slot.id);
                 let opening = || fs.opening(&slot);
+                // Not `fs.with_view`: a build ahead is no use by a reader, and
+                // counted as one it would start the next build, and so on.
                 let built = fs
                     .views
                     .with_view(next, &slot.id, fs.config.recheck, opening, |_| ());

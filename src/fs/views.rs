@@ -182,12 +182,12 @@ impl Views {
     /// others while the cache is over budget. O(1) per view dropped.
     fn note_use(&self, number: u32, memory: usize) {
         lock(&self.lru).record(number, memory);
-        self.drop_beyond(self.budget(), number);
+        self.drop_beyond(self.budget_left(), number);
     }
 
     /// The bytes views may hold now: the budget less the scans queued to be
     /// saved, which are copies of views' contents held until written.
-    fn budget(&self) -> usize {
+    fn budget_left(&self) -> usize {
         let queued = self.saved_scans.as_ref().map_or(0, |s| s.queued_bytes());
         self.budget.saturating_sub(queued)
     }
@@ -323,7 +323,7 @@ impl Views {
             let lru = lock(&self.lru);
             reader.iter().filter_map(|&n| lru.bytes_of(n)).max()
         };
-        let budget = self.budget();
+        let budget = self.budget_left();
         let Some(bytes) = largest.filter(|bytes| bytes.saturating_mul(2) <= budget) else {
             return false;
         };

@@ -90,6 +90,34 @@ fn nothing_is_built_ahead_when_turned_off_or_when_the_cache_cannot_hold_two() {
     }
 }
 
+#[test]
+fn a_session_whose_transcript_was_spilled_is_not_built_ahead() {
+    let probe = World::new(1, usize::MAX, config());
+    probe.read_all(probe.file(&name(0), "surface.jsonl"));
+    let one_view = probe.fs.cache_usage().1;
+    // Room for two views and a half: reading on drops the oldest views, their
+    // transcripts spilled to the page cache (a glob stats those again, and
+    // `grep` reads them, without a build).
+    let world = World::new(
+        8,
+        usize::MAX,
+        FsConfig {
+            cache_bytes: one_view * 5 / 2,
+            ..ahead()
+        },
+    );
+    sessions_listed(&world.fs, 100);
+    // Out of order, so nothing is built ahead: session 2 is dropped as 6 is read.
+    for n in [2, 4, 6] {
+        world.read_all(world.file(&name(n), "surface.jsonl"));
+    }
+    assert_eq!(world.fs.cache_usage().0, 2);
+    world.read_all(world.file(&name(0), "surface.jsonl"));
+    // On in order to session 1: the next, session 2, is spilled, and not built.
+    world.read_all(world.file(&name(1), "surface.jsonl"));
+    assert_eq!(scans_after_a_pause(&world), 5);
+}
+
 /// Every file and link of the tree, by path, read in listing order as `tar`
 /// and `grep -r` read it: the root's own entries, then each session's
 /// directory, after which `after` is called with its number.
