@@ -6,6 +6,7 @@
 //! re-read), fetches one event again by its location, and writes fork children.
 
 pub mod jsonl;
+pub mod lines;
 pub mod memory;
 pub mod sqlite;
 pub mod tail;

@@ -16,6 +16,7 @@ use super::{JsonlStore, MAX_HEADER_BYTES, RAW_NAME, ZSTD_NAME, is_zstd};
 use crate::model::Refusal;
 use crate::model::header::SessionHeader;
 use crate::model::ids::{decode_segment, encode_segment, project_dir};
+use crate::store::lines::newline;
 use crate::store::{Catalog, FileStamp, KnownHeaders, Listing, SessionKey, StoredFile, Watched};
 use crate::sync::lock;
 
@@ -189,7 +190,7 @@ fn read_raw_header(path: &Path) -> Result<Vec<u8>, String> {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(format!("cannot read: {e}")),
         }
-        if let Some(end) = first[..filled].iter().position(|b| *b == b'\n') {
+        if let Some(end) = newline(&first[..filled]) {
             return Ok(first[..end].to_vec());
         }
     }

@@ -13,6 +13,7 @@ use super::{
     DECODE_AHEAD_BYTES, JsonlStore, MAX_HEADER_BYTES, check_not_shorter, corrupt, io_refusal,
 };
 use crate::model::Refusal;
+use crate::store::lines::{newline, split_lines};
 use crate::store::tail::TailScanner;
 use crate::store::zstd_frames::{
     Frame, FrameReader, FrameScan, Frames, FramesEnd, decode_frame, decode_torn_frame, read_frames,
@@ -78,7 +79,7 @@ impl JsonlStore {
                 return ControlFlow::Break(torn_record());
             };
             let mut within = 0usize;
-            for line in body.split(|b| *b == b'\n') {
+            for line in split_lines(body) {
                 let loc = EventLoc {
                     record: here,
                     within: within as u32,
@@ -126,17 +127,17 @@ impl JsonlStore {
                 };
                 let mut within = 0usize;
                 let mut rest = &plaintext[..];
-                while let Some(newline) = rest.iter().position(|b| *b == b'\n') {
+                while let Some(end) = newline(rest) {
                     let loc = EventLoc {
                         record: here,
                         within: within as u32,
                         member: 0,
                     };
                     lenient
-                        .line(&rest[..newline], loc)
+                        .line(&rest[..end], loc)
                         .map_err(|stop| stop.refusal(path))?;
-                    within += newline + 1;
-                    rest = &rest[newline + 1..];
+                    within += end + 1;
+                    rest = &rest[end + 1..];
                 }
                 // Events recovered from the torn frame are shown, but the next scan
                 // starts again at the torn frame: it may still be being written.
@@ -154,10 +155,7 @@ impl JsonlStore {
     pub(super) fn zstd_line(&self, path: &Path, loc: EventLoc) -> Result<Vec<u8>, Refusal> {
         let plaintext = self.frame_plaintext(path, loc.record)?;
         let start = (loc.within as usize).min(plaintext.len());
-        let end = plaintext[start..]
-            .iter()
-            .position(|b| *b == b'\n')
-            .map_or(plaintext.len(), |n| start + n);
+        let end = newline(&plaintext[start..]).map_or(plaintext.len(), |n| start + n);
         Ok(plaintext[start..end].to_vec())
     }
 
