@@ -641,6 +641,31 @@ fn lone_chunk_sizes_hold_for_any_contents_in_any_spelling() {
     );
 }
 
+/// A decoded event's size, summed from its parts, is the length of the pretty
+/// line serde_json writes: for any JSON, spelled any valid way, decoded.
+#[test]
+fn decoded_event_sizes_are_the_pretty_lines_serde_json_writes() {
+    let mut rng = Rng(16);
+    let mut decoded = 0;
+    for _ in 0..20_000 {
+        let text = format!(
+            r#"{{"type":"x","data":{},"more":{}}}"#,
+            raw_json(&mut rng, 0),
+            raw_json(&mut rng, 2)
+        );
+        let Ok(event) = serde_json::from_str::<JsonMap>(&text) else {
+            continue;
+        };
+        assert_eq!(
+            sessionfs::json_len::map_pretty_line_len(&event),
+            sessionfs::json::pretty_line(&event).len() as u64,
+            "{text}"
+        );
+        decoded += 1;
+    }
+    assert!(decoded > 10_000, "{decoded} decoded");
+}
+
 /// Every event of every fixture store (each format, crashed and legacy logs
 /// too): each chunk the scan read quickly is sized as its fetched event
 /// renders, and every file of `events/` (converted events and synthetic

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::{Content, FileId, ScanProgress, SessionSource, progress};
 use crate::bytes::Bytes;
 use crate::json::{JsonMap, safe_integer};
-use crate::json_len::pretty_line_len;
+use crate::json_len::map_pretty_line_len;
 use crate::model::Refusal;
 use crate::model::Scanned;
 use crate::model::fold::SessionFold;
@@ -198,7 +198,7 @@ impl Indexed {
                         event.get("time").and_then(safe_integer).unwrap_or_default(),
                         type_index(types, type_parts, event_type),
                         folded.converted,
-                        pretty_line_len(event),
+                        map_pretty_line_len(event),
                     )
                 }
                 // Chunks show in no view but events/.
