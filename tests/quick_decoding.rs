@@ -648,8 +648,10 @@ fn decoded_event_sizes_are_the_pretty_lines_serde_json_writes() {
     let mut rng = Rng(16);
     let mut decoded = 0;
     for _ in 0..20_000 {
+        // Long strings too: lengths are summed in blocks of 32 bytes.
+        let long: String = (0..rng.below(60)).map(|_| rng.pick(RAW_PIECES)).collect();
         let text = format!(
-            r#"{{"type":"x","data":{},"more":{}}}"#,
+            r#"{{"type":"x","data":{},"more":{},"long":"{long}"}}"#,
             raw_json(&mut rng, 0),
             raw_json(&mut rng, 2)
         );
