@@ -10,22 +10,29 @@
 //! size is bounded: beyond `max_bytes` the least recently used files go.
 //! Writes run on a thread of their own, so no request waits on the disk.
 //!
+//! A first mount saves while it builds, and both compete for the cores: a
+//! save is written at a fast zstd level, then compacted at a better one by
+//! a third thread at the lowest CPU priority once no file was saved or read
+//! for `QUIET`.
+//! A file the mount ended before compacting is compacted when a later mount
+//! reads it.
+//!
 //! It also keeps the headers listings read, each with the stamp of its log
 //! (one `stat`), so that a remount lists an unchanged store without opening
 //! a log ([`KnownHeaders`]).
 //!
 //! Lock order: a view's lock (a save is made under it), then `queue`, then
-//! `pending`; `headers` is taken alone.
+//! `pending`; `headers`, `compaction` and `last_use` are each taken alone.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::digest::Fnv;
 use crate::model::header::SessionHeader;
@@ -39,11 +46,21 @@ pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 /// Starts every index file; its last byte is the envelope's version.
 const MAGIC: &[u8; 8] = b"SFSINDX\x01";
 
-/// The zstd level of index files. The writer competes with the builds of a
-/// first mount for the cores: level 1 took 0.8 s less CPU than level 3 on
-/// average over a grep of a 200-session store (the index 14% larger; 9.3% of
-/// the 1.3 M-event log against 8.7%).
-const LEVEL: i32 = 1;
+/// The zstd level a save is written at while the mount builds. On a cold grep
+/// of a 200-session store, level 1 here made the index writer a quarter of
+/// the mount's CPU; this level took 2–3 s less CPU than level 1 and as little
+/// as -100, for an index 2.3 times larger until it is compacted (477 MiB).
+const FAST_LEVEL: i32 = -30;
+
+/// The zstd level a file is compacted to once the mount is quiet.
+const COMPACT_LEVEL: i32 = 3;
+
+/// How long no file may be saved or read before files are compacted.
+const QUIET: Duration = Duration::from_secs(2);
+
+/// How much plaintext compaction moves at a time between checks that the
+/// mount is ending.
+const COMPACT_PIECE: usize = 1 << 20;
 
 /// How many saves may wait for the writer thread, and how many bytes they
 /// may hold together (one save of any size is taken): more are dropped, as a
@@ -64,6 +81,9 @@ pub struct PersistentIndex {
     shared: Arc<Shared>,
     queue: Mutex<Option<SyncSender<Save>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Keys of files to compact, for the compacting thread.
+    compaction: Mutex<Option<Sender<String>>>,
+    compactor: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Headers listings had from the table rather than from their logs.
     headers_known: AtomicU64,
 }
@@ -111,12 +131,26 @@ struct Shared {
     /// The headers listings read, by log path; read from disk by the writer
     /// thread as the mount starts, so that a first listing seldom waits for it.
     headers: Mutex<Headers>,
+    /// When a file was last written or read for a view: compaction waits for
+    /// `QUIET` after it, so it never competes with the mount's own work.
+    last_use: Mutex<Option<Instant>>,
+    /// Files queued for compaction or being compacted, for `wait_compacted`.
+    compacting: Mutex<usize>,
+    compacted: Condvar,
+    /// The mount is ending: compaction stops where it is.
+    ending: AtomicBool,
 }
 
 struct Save {
     key: String,
     bytes: Vec<u8>,
+    /// Written at the fast level and compacted later; a save as the mount
+    /// ends is written compacted, as nothing would be left to compact it.
+    fast: bool,
 }
+
+/// Whether a file was written at the compacted level.
+struct Settled(bool);
 
 /// Saves queued or being written, and the bytes they hold.
 #[derive(Debug, Default)]
@@ -167,20 +201,33 @@ impl PersistentIndex {
             idle: Condvar::new(),
             warned: AtomicBool::new(false),
             headers: Mutex::default(),
+            last_use: Mutex::default(),
+            compacting: Mutex::default(),
+            compacted: Condvar::new(),
+            ending: AtomicBool::new(false),
         });
+        let (compaction, to_compact) = std::sync::mpsc::channel();
+        let compacting = shared.clone();
+        let compactor = std::thread::Builder::new()
+            .name("sessionfs-compact".into())
+            .spawn(move || compacting.compact_all(to_compact))
+            .map_err(|e| format!("cannot start the index compactor: {e}"))?;
         let (queue, saves) = std::sync::mpsc::sync_channel(QUEUED_SAVES);
         let writing = shared.clone();
+        let written = compaction.clone();
         let writer = std::thread::Builder::new()
             .name("sessionfs-index".into())
             .spawn(move || {
                 drop(writing.headers());
-                writing.write_all(saves)
+                writing.write_all(saves, written)
             })
             .map_err(|e| format!("cannot start the index writer: {e}"))?;
         Ok(PersistentIndex {
             shared,
             queue: Mutex::new(Some(queue)),
             writer: Mutex::new(Some(writer)),
+            compaction: Mutex::new(Some(compaction)),
+            compactor: Mutex::new(Some(compactor)),
             headers_known: AtomicU64::new(0),
         })
     }
@@ -233,7 +280,11 @@ impl PersistentIndex {
         if !self.shared.admit(len, ending) {
             return log::debug!("index busy: {key} is not saved");
         }
-        let save = Save { key, bytes };
+        let save = Save {
+            key,
+            bytes,
+            fast: !ending,
+        };
         let sent = match ending {
             true => queue.send(save).map_err(|e| e.0),
             false => queue.try_send(save).map_err(|e| match e {
@@ -249,6 +300,29 @@ impl PersistentIndex {
     /// This store's index directory.
     pub fn dir(&self) -> &Path {
         &self.shared.dir
+    }
+
+    /// Blocks until every file queued for compaction so far is compacted (or
+    /// failed): at least `QUIET` after the last save.
+    pub fn wait_compacted(&self) {
+        let mut compacting = lock(&self.shared.compacting);
+        while *compacting > 0 {
+            compacting = self
+                .shared
+                .compacted
+                .wait(compacting)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Hands `key` to the compacting thread.
+    fn compact(&self, key: String) {
+        if let Some(compaction) = lock(&self.compaction).as_ref() {
+            self.shared.compaction_queued();
+            if compaction.send(key).is_err() {
+                self.shared.compaction_done();
+            }
+        }
     }
 
     /// Blocks until every save queued so far is written (or failed).
@@ -297,11 +371,16 @@ fn read_headers(mut bytes: &[u8]) -> Option<HashMap<u64, Known>> {
 }
 
 impl Drop for PersistentIndex {
-    /// Writes what is queued, then stops the writer.
+    /// Writes what is queued, then stops the writer, and the compactor where it is.
     fn drop(&mut self) {
         drop(lock(&self.queue).take());
         if let Some(writer) = lock(&self.writer).take() {
             let _ = writer.join();
+        }
+        self.shared.ending.store(true, Ordering::Relaxed);
+        drop(lock(&self.compaction).take());
+        if let Some(compactor) = lock(&self.compactor).take() {
+            let _ = compactor.join();
         }
     }
 }
@@ -348,8 +427,13 @@ impl SavedScans for PersistentIndex {
     fn load(&self, key: &SessionKey) -> Option<Vec<u8>> {
         let key = key.describe();
         let path = self.shared.file_for(&key);
+        *lock(&self.shared.last_use) = Some(Instant::now());
         match self.shared.read(&path, &key) {
-            Ok(bytes) => Some(bytes),
+            Ok((bytes, Settled(true))) => Some(bytes),
+            Ok((bytes, Settled(false))) => {
+                self.compact(key);
+                Some(bytes)
+            }
             Err(Miss::Absent) => None,
             Err(Miss::Unusable(why)) => {
                 log::info!("index file {} not used: {why}", path.display());
@@ -369,6 +453,7 @@ impl SavedScans for PersistentIndex {
     }
 }
 
+#[derive(Debug)]
 enum Miss {
     Absent,
     Unusable(String),
@@ -382,7 +467,7 @@ impl Shared {
             headers.loaded = true;
             let path = self.file_for(HEADERS_KEY);
             match self.read(&path, HEADERS_KEY) {
-                Ok(bytes) => match read_headers(&bytes) {
+                Ok((bytes, _)) => match read_headers(&bytes) {
                     Some(table) => headers.table = table,
                     None => log::info!("index file {} not used: damaged", path.display()),
                 },
@@ -423,7 +508,7 @@ impl Shared {
     }
 
     /// The payload kept for `key` at `path`, touched as recently used.
-    fn read(&self, path: &Path, key: &str) -> Result<Vec<u8>, Miss> {
+    fn read(&self, path: &Path, key: &str) -> Result<(Vec<u8>, Settled), Miss> {
         let unusable = |why: String| Miss::Unusable(why);
         // Opened for writing too where it may be, to mark it used.
         let mut file = OpenOptions::new()
@@ -436,74 +521,88 @@ impl Shared {
                 _ => unusable(e.to_string()),
             })?;
         let _ = file.set_modified(SystemTime::now());
-        let mut magic = [0u8; 13];
-        file.read_exact(&mut magic)
-            .map_err(|_| unusable("shorter than its header".into()))?;
-        if &magic[..8] != MAGIC {
-            return Err(unusable(
-                "not an index file of this version of sessionfs".into(),
-            ));
-        }
-        // A zstd frame whose descriptor has the checksum bit: any damage to
-        // what follows fails the checksum rather than reading as other bytes.
-        if magic[8..12] != [0x28, 0xb5, 0x2f, 0xfd] || magic[12] & 0b100 == 0 {
-            return Err(unusable("its frame is not checksummed zstd".into()));
-        }
-        let mut compressed = magic[8..].to_vec();
-        file.read_to_end(&mut compressed)
+        let size = frame_size(&mut file).map_err(unusable)?;
+        let mut compressed = Vec::new();
+        file.seek(SeekFrom::Start(MAGIC.len() as u64))
+            .and_then(|_| file.read_to_end(&mut compressed))
             .map_err(|e| unusable(e.to_string()))?;
-        // The frame says its size, so the plaintext is decoded in one go into
-        // a buffer of that size (bounded: a damaged header claims anything).
-        let size = zstd::zstd_safe::get_frame_content_size(&compressed)
-            .ok()
-            .flatten()
-            .filter(|size| *size <= MAX_PLAINTEXT)
-            .ok_or_else(|| unusable("its frame does not say a plausible size".into()))?;
         let mut plain = zstd::bulk::decompress(&compressed, size as usize)
             .map_err(|e| unusable(format!("damaged: {e}")))?;
         let (envelope, payload_at) =
             read_envelope(&plain).ok_or_else(|| unusable("damaged".into()))?;
-        if envelope.store != self.store || envelope.key != key {
-            return Err(unusable(format!(
-                "written for {} in store {}",
-                envelope.key, envelope.store
-            )));
-        }
+        self.check_envelope(&envelope, key).map_err(unusable)?;
         // The payload moved to the front of the buffer, not copied out of it.
         plain.drain(..payload_at);
-        Ok(plain)
+        Ok((plain, Settled(envelope.settled)))
     }
 
-    fn write_all(&self, saves: Receiver<Save>) {
-        for save in saves {
-            if let Err(why) = self.write(&save)
-                && !self.warned.swap(true, Ordering::Relaxed)
-            {
-                log::warn!(
-                    "the persistent index in {} cannot be written ({why}): later mounts \
-                     read these sessions whole again; said once per mount",
-                    self.dir.display()
-                );
-            }
-            self.done(save.bytes.len());
+    fn check_envelope(&self, envelope: &Envelope, key: &str) -> Result<(), String> {
+        match envelope.store == self.store && envelope.key == key {
+            true => Ok(()),
+            false => Err(format!(
+                "written for {} in store {}",
+                envelope.key, envelope.store
+            )),
         }
     }
 
-    fn write(&self, save: &Save) -> Result<(), String> {
+    fn write_all(&self, saves: Receiver<Save>, compaction: Sender<String>) {
+        for save in saves {
+            let level = if save.fast { FAST_LEVEL } else { COMPACT_LEVEL };
+            let envelope = Envelope {
+                store: self.store.clone(),
+                key: save.key.clone(),
+                settled: !save.fast,
+            };
+            let payload = save.bytes.len() as u64;
+            let written = self.write(&envelope, payload, &mut &save.bytes[..], level, None);
+            *lock(&self.last_use) = Some(Instant::now());
+            match written {
+                Ok(()) if save.fast => {
+                    self.compaction_queued();
+                    if compaction.send(save.key).is_err() {
+                        self.compaction_done();
+                    }
+                }
+                Ok(()) => {}
+                Err(why) => self.warn(&why),
+            }
+            self.done(payload as usize);
+        }
+    }
+
+    fn warn(&self, why: &str) {
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "the persistent index in {} cannot be written ({why}): later mounts \
+                 read these sessions whole again; said once per mount",
+                self.dir.display()
+            );
+        }
+    }
+
+    /// Writes `envelope` and the `payload_len` bytes `payload` reads as the
+    /// file for the envelope's key, at `level`; a compaction (`keep_used`,
+    /// the replaced file's last use, which it keeps) stops where it is when
+    /// the mount ends.
+    fn write(
+        &self,
+        envelope: &Envelope,
+        payload_len: u64,
+        payload: &mut impl Read,
+        level: i32,
+        keep_used: Option<SystemTime>,
+    ) -> Result<(), String> {
         static TEMPORARIES: AtomicU64 = AtomicU64::new(0);
-        let path = self.file_for(&save.key);
-        let envelope = serde_json::to_vec(&serde_json::json!({
-            "store": self.store,
-            "key": save.key,
-        }))
-        .map_err(|e| e.to_string())?;
+        let path = self.file_for(&envelope.key);
+        let envelope = serde_json::to_vec(envelope).map_err(|e| e.to_string())?;
         let temporary = self.dir.join(format!(
             ".{}.{}.{}.tmp",
             path.file_stem().unwrap_or_default().display(),
             std::process::id(),
             TEMPORARIES.fetch_add(1, Ordering::Relaxed)
         ));
-        let written = (|| -> std::io::Result<u64> {
+        let written = (|| -> std::io::Result<(u64, u64)> {
             let file = OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -511,32 +610,138 @@ impl Shared {
                 .open(&temporary)?;
             let mut out = std::io::BufWriter::new(file);
             out.write_all(MAGIC)?;
-            let mut encoder = zstd::stream::Encoder::new(out, LEVEL)?;
+            let mut encoder = zstd::stream::Encoder::new(out, level)?;
             encoder.include_checksum(true)?;
-            let size = 4 + envelope.len() + save.bytes.len();
-            encoder.set_pledged_src_size(Some(size as u64))?;
+            let size = 4 + envelope.len() as u64 + payload_len;
+            encoder.set_pledged_src_size(Some(size))?;
             encoder.write_all(&(envelope.len() as u32).to_le_bytes())?;
             encoder.write_all(&envelope)?;
-            encoder.write_all(&save.bytes)?;
+            let mut piece = vec![0; COMPACT_PIECE.min(payload_len as usize)];
+            let mut left = payload_len;
+            while left > 0 {
+                if keep_used.is_some() && self.ending.load(Ordering::Relaxed) {
+                    return Err(std::io::Error::other("the mount is ending"));
+                }
+                let piece = &mut piece[..left.min(COMPACT_PIECE as u64) as usize];
+                payload.read_exact(piece)?;
+                encoder.write_all(piece)?;
+                left -= piece.len() as u64;
+            }
             let file = encoder.finish()?.into_inner().map_err(|e| e.into_error())?;
+            if let Some(used) = keep_used {
+                file.set_modified(used)?;
+            }
             let size = file.metadata()?.len();
             let replaced = std::fs::metadata(&path).map_or(0, |m| m.len());
             std::fs::rename(&temporary, &path)?;
-            Ok(size.saturating_sub(replaced))
+            Ok((size, replaced))
         })();
-        let grew = written.map_err(|e| {
+        let (size, replaced) = written.map_err(|e| {
             let _ = std::fs::remove_file(&temporary);
             e.to_string()
         })?;
         if !self.counted.swap(true, Ordering::Relaxed) {
             self.used.store(self.count(), Ordering::Relaxed);
+        } else if size >= replaced {
+            self.used.fetch_add(size - replaced, Ordering::Relaxed);
         } else {
-            self.used.fetch_add(grew, Ordering::Relaxed);
+            let shrunk = replaced - size;
+            let _ = self
+                .used
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                    Some(used.saturating_sub(shrunk))
+                });
         }
         if self.used.load(Ordering::Relaxed) > self.max_bytes {
             self.evict();
         }
         Ok(())
+    }
+
+    /// Compacts the files whose keys come from `keys`, one at a time, each
+    /// once no file was saved or read for `QUIET`, at the lowest CPU priority.
+    fn compact_all(&self, keys: Receiver<String>) {
+        // Only this thread's priority: a nice thread cannot be made less nice.
+        // SAFETY: setpriority and gettid take and return plain integers.
+        unsafe {
+            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+        }
+        let mut queued = VecDeque::new();
+        let mut known = HashSet::new();
+        loop {
+            let quiet_for = lock(&self.last_use).map_or(QUIET, |at| at.elapsed());
+            let next = match (queued.is_empty(), QUIET.checked_sub(quiet_for)) {
+                (true, _) => keys.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                (false, Some(wait)) if !wait.is_zero() => keys.recv_timeout(wait),
+                (false, _) => keys.try_recv().map_err(|e| match e {
+                    std::sync::mpsc::TryRecvError::Empty => RecvTimeoutError::Timeout,
+                    std::sync::mpsc::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+                }),
+            };
+            match next {
+                Ok(key) if known.insert(key.clone()) => queued.push_back(key),
+                // Queued already: counted once.
+                Ok(_) => self.compaction_done(),
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => {
+                    let quiet = lock(&self.last_use).is_none_or(|at| at.elapsed() >= QUIET);
+                    if quiet && let Some(key) = queued.pop_front() {
+                        known.remove(&key);
+                        if let Err(why) = self.compact(&key) {
+                            log::debug!("index file for {key} not compacted: {why}");
+                        }
+                        self.compaction_done();
+                    }
+                }
+            }
+        }
+        // The mount ended: what was not compacted stays as written.
+        for _ in queued {
+            self.compaction_done();
+        }
+    }
+
+    /// Rewrites the file for `key` at the compacted level, decoding and
+    /// encoding a piece at a time, unless it is compacted already or unusable.
+    fn compact(&self, key: &str) -> Result<(), String> {
+        let path = self.file_for(key);
+        let mut file = File::open(&path).map_err(|e| e.to_string())?;
+        let used = file
+            .metadata()
+            .and_then(|m| m.modified())
+            .map_err(|e| e.to_string())?;
+        let size = frame_size(&mut file)?;
+        file.seek(SeekFrom::Start(MAGIC.len() as u64))
+            .map_err(|e| e.to_string())?;
+        let mut plain = zstd::stream::Decoder::new(file).map_err(|e| e.to_string())?;
+        let mut len = [0; 4];
+        plain.read_exact(&mut len).map_err(|e| e.to_string())?;
+        let len = u32::from_le_bytes(len);
+        let mut envelope = vec![0; len.min(1 << 16) as usize];
+        plain.read_exact(&mut envelope).map_err(|e| e.to_string())?;
+        let mut envelope: Envelope =
+            serde_json::from_slice(&envelope).map_err(|e| e.to_string())?;
+        self.check_envelope(&envelope, key)?;
+        if envelope.settled {
+            return Ok(());
+        }
+        envelope.settled = true;
+        let payload = size.checked_sub(4 + u64::from(len)).ok_or("damaged")?;
+        // The decoder checks the frame's checksum as it reaches its end, so a
+        // damaged file fails here and is left for a read to find.
+        self.write(&envelope, payload, &mut plain, COMPACT_LEVEL, Some(used))
+    }
+
+    fn compaction_queued(&self) {
+        *lock(&self.compacting) += 1;
+    }
+
+    fn compaction_done(&self) {
+        let mut compacting = lock(&self.compacting);
+        *compacting = compacting.saturating_sub(1);
+        if *compacting == 0 {
+            self.compacted.notify_all();
+        }
     }
 
     /// Bytes of index files in the directory, dropping temporaries that a
@@ -589,10 +794,49 @@ impl Shared {
     }
 }
 
-#[derive(serde::Deserialize)]
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Envelope {
     store: String,
     key: String,
+    /// Written at the compacted level; files of older versions were.
+    #[serde(default = "written_settled")]
+    settled: bool,
+}
+
+fn written_settled() -> bool {
+    true
+}
+
+/// The size of the plaintext of the zstd frame after the magic of an index
+/// file, from the file's first bytes.
+fn frame_size(file: &mut File) -> Result<u64, String> {
+    let mut head = [0u8; MAGIC.len() + 18];
+    let mut filled = 0;
+    while filled < head.len() {
+        match file.read(&mut head[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let (magic, frame) = head[..filled].split_at(MAGIC.len().min(filled));
+    if filled < MAGIC.len() + 5 {
+        return Err("shorter than its header".into());
+    }
+    if magic != MAGIC {
+        return Err("not an index file of this version of sessionfs".into());
+    }
+    // A zstd frame whose descriptor has the checksum bit: any damage to
+    // what follows fails the checksum rather than reading as other bytes.
+    if frame[..4] != [0x28, 0xb5, 0x2f, 0xfd] || frame[4] & 0b100 == 0 {
+        return Err("its frame is not checksummed zstd".into());
+    }
+    // Bounded: a damaged header claims anything.
+    zstd::zstd_safe::get_frame_content_size(frame)
+        .ok()
+        .flatten()
+        .filter(|size| *size <= MAX_PLAINTEXT)
+        .ok_or_else(|| "its frame does not say a plausible size".into())
 }
 
 /// The envelope at the start of an index file's plaintext, and where the
@@ -629,6 +873,78 @@ mod tests {
         shared.done(QUEUED_BYTES / 2);
         shared.done(QUEUED_BYTES / 2);
         index.wait_idle();
+        drop(index);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// Prose-like bytes: words from a small vocabulary, lines of a few dozen bytes.
+    fn prose(len: usize) -> Vec<u8> {
+        let words = [
+            "the ",
+            "tool ",
+            "call ",
+            "returned ",
+            "a ",
+            "result\n",
+            "model ",
+        ];
+        let mut out = Vec::new();
+        let mut state = 7u64;
+        while out.len() < len {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            out.extend_from_slice(words[(state >> 33) as usize % words.len()].as_bytes());
+        }
+        out.truncate(len);
+        out
+    }
+
+    #[test]
+    fn saves_are_written_fast_then_compacted_to_the_same_bytes_keeping_their_last_use() {
+        let base = std::env::temp_dir().join(format!("sessionfs-compact-{}", std::process::id()));
+        let index = PersistentIndex::open(&base, Path::new("/nonexistent-store"), 1 << 30).unwrap();
+        let key = SessionKey::Row("compacted".into());
+        let payload = prose(3 << 20);
+        index.save(&key, payload.clone());
+        index.wait_idle();
+        let path = index.shared.file_for(&key.describe());
+        let fast = std::fs::metadata(&path).unwrap();
+        let (bytes, settled) = index.shared.read(&path, &key.describe()).unwrap();
+        assert!(
+            bytes == payload && !settled.0,
+            "written fast, read back whole"
+        );
+        let used = std::fs::metadata(&path).unwrap().modified().unwrap();
+        index.wait_compacted();
+        let compacted = std::fs::metadata(&path).unwrap();
+        assert!(
+            compacted.len() < fast.len(),
+            "compacted {} bytes, fast {}",
+            compacted.len(),
+            fast.len()
+        );
+        assert_eq!(compacted.modified().unwrap(), used, "its last use is kept");
+        let (bytes, settled) = index.shared.read(&path, &key.describe()).unwrap();
+        assert!(bytes == payload && settled.0, "compacted, read back whole");
+
+        // A file a mount left fast is compacted once a later mount reads it.
+        let left = SessionKey::Row("left fast".into());
+        let envelope = Envelope {
+            store: index.shared.store.clone(),
+            key: left.describe(),
+            settled: false,
+        };
+        let shared = &index.shared;
+        let len = payload.len() as u64;
+        shared
+            .write(&envelope, len, &mut &payload[..], FAST_LEVEL, None)
+            .unwrap();
+        assert!(index.load(&left) == Some(payload.clone()));
+        index.wait_compacted();
+        let path = shared.file_for(&left.describe());
+        let (bytes, settled) = shared.read(&path, &left.describe()).unwrap();
+        assert!(bytes == payload && settled.0, "compacted after a read");
         drop(index);
         std::fs::remove_dir_all(&base).unwrap();
     }
