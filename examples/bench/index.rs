@@ -15,7 +15,7 @@ use crate::checks::{expect_readable, timed};
 use crate::follow::{Appender, fresh_copy};
 use crate::large::{ls_cost, zstd_floor};
 use crate::mount::{quote, time_sh};
-use crate::search::tree_bytes;
+use crate::search::{tree_bytes, wait_compacted};
 use crate::table::{MIB, Row, human, info_row, secs, time_row, yes};
 use crate::write::{self, Enc, Encoders, SessionSpec, Store};
 
@@ -53,9 +53,11 @@ pub fn figure(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &mut
             dir(&mount),
             events / 2 + 1
         ));
+        let written_bytes = tree_bytes(&index);
+        // The steady state a mount that stays up reaches: the index compacted.
+        let (index_bytes, compacting) = wait_compacted(&index);
         mount.finish();
         let middle = middle.trim().to_string();
-        let index_bytes = tree_bytes(&index);
         let log_bytes = fs::metadata(&log).map_or(0, |m| m.len());
 
         let remount = |bench: &mut Bench, script: &str| {
@@ -137,6 +139,11 @@ pub fn figure(bench: &mut Bench, store: &Store, rows: &mut Vec<Row>, notes: &mut
             "i [{e}]: {} events; middle event {middle}; peak RSS at the remount's cat surface.jsonl {:.0} MiB",
             events,
             rss as f64 / MIB
+        ));
+        notes.push(format!(
+            "i [{e}]: the index as the first mount wrote it {}, compacted {} (in about {compacting:.0} s)",
+            human(written_bytes),
+            human(index_bytes)
         ));
         notes.push(format!(
             "i [{e}]: first {}, remount {}: {:.1}× faster",

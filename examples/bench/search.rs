@@ -138,21 +138,8 @@ fn indexed(
     bench.cold();
     let remount = grep(&mount.dir);
     // Files written fast are compacted once the mount is quiet (files read
-    // by this remount too): wait until the index stops changing.
-    let quiet = std::time::Instant::now();
-    let mut compacted_bytes = tree_bytes(&index);
-    let mut unchanged = 0;
-    while unchanged < 5 && quiet.elapsed().as_secs() < 300 {
-        std::thread::sleep(std::time::Duration::from_secs(1));
-        let now = tree_bytes(&index);
-        unchanged = if now == compacted_bytes {
-            unchanged + 1
-        } else {
-            0
-        };
-        compacted_bytes = now;
-    }
-    let compacting = quiet.elapsed().as_secs_f64() - unchanged as f64;
+    // by this remount too).
+    let (compacted_bytes, compacting) = wait_compacted(&index);
     peak = peak.max(mount.peak_rss());
     mount.finish();
     let _ = fs::remove_dir_all(&index);
@@ -202,6 +189,25 @@ fn grep_needle(dir: &Path) -> (f64, BTreeSet<String>) {
         .map(String::from)
         .collect();
     (seconds, found)
+}
+
+/// Waits, while a mount is up, until its index directory stops changing
+/// (what it wrote fast is compacted once the mount is quiet); returns its
+/// bytes then and about how many seconds it kept changing.
+pub fn wait_compacted(index: &Path) -> (u64, f64) {
+    let started = std::time::Instant::now();
+    let mut bytes = tree_bytes(index);
+    let mut unchanged = 0;
+    while unchanged < 5 && started.elapsed().as_secs() < 300 {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let now = tree_bytes(index);
+        unchanged = if now == bytes { unchanged + 1 } else { 0 };
+        bytes = now;
+    }
+    (
+        bytes,
+        started.elapsed().as_secs_f64() - f64::from(unchanged),
+    )
 }
 
 /// The bytes of a file, or of every file under a directory.
