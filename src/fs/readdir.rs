@@ -96,6 +96,8 @@ impl SessionFs {
     /// an offset keeps naming the same entry while sessions appear
     /// mid-listing; sessions gone from the store are skipped.
     fn list_root(&self, offset: u64, limit: usize) -> Vec<DirEntry> {
+        /// Slots a reply waits for while the first listing streams.
+        const STREAMED_REPLY: usize = 64;
         if offset == 0 {
             // A listing from the start shows the store as it is now.
             self.list_store();
@@ -112,8 +114,12 @@ impl SessionFs {
         if offset < LISTS_AT && entries.len() < limit {
             let mut from = offset.saturating_sub(1) as usize;
             let room = limit - entries.len();
+            // While the first listing streams, a reply waits for a few slots
+            // past `from`, not for all it has room for (the kernel may offer
+            // room for thousands): `ls -l` gets the first ones early.
+            let wait = room.min(STREAMED_REPLY);
             let listed_all = loop {
-                let listed_all = self.sessions.wait_for_slots(from + room);
+                let listed_all = self.sessions.wait_for_slots(from + wait);
                 let sessions = self.sessions.listed_from(from, room);
                 if !sessions.is_empty() || listed_all {
                     entries.extend(sessions.into_iter().map(|(number, slot)| DirEntry {
@@ -124,8 +130,8 @@ impl SessionFs {
                     }));
                     break listed_all;
                 }
-                // Every slot in `from..from + room` is gone: look further on.
-                from += room;
+                // Every slot in `from..from + wait` is gone: look further on.
+                from += wait;
             };
             // Sessions still coming: the lists wait for the next call.
             if !listed_all || entries.len() == limit {

@@ -9,6 +9,7 @@ use std::ffi::OsStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use fuser::{
@@ -30,13 +31,59 @@ pub struct FuseAdapter {
     /// The store, whose file system's free space `statfs` reports: forks are written
     /// there, and `df` lists a file system only when it has blocks.
     store: PathBuf,
+    /// How many names to ask the model for per `readdir` and per `readdirplus`.
+    names_batch: ListingBatch,
+    entries_batch: ListingBatch,
+}
+
+/// How many entries to ask the model for per listing request. The kernel's
+/// buffer is a page, or since Linux 6.x as large as the reader's (32 KiB for
+/// `ls`: about 580 event names), and fuser does not say its size; so the batch
+/// follows what the last replies held. Asking for too few costs a request per
+/// batch (10,220 for the 1.3 M names of a huge `events/` at 128 a time).
+#[derive(Debug)]
+struct ListingBatch(AtomicUsize);
+
+impl ListingBatch {
+    const FLOOR: usize = 64;
+    const CEILING: usize = 4096;
+
+    fn new() -> ListingBatch {
+        ListingBatch(AtomicUsize::new(Self::FLOOR))
+    }
+
+    fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Learns from a reply that was asked `asked` entries and held `sent`:
+    /// a full buffer sets the batch to a little more than it held (names
+    /// vary in length); one that took every entry asked doubles it.
+    fn learn(&self, asked: usize, sent: usize, full: bool) {
+        let next = if full {
+            sent + sent / 4 + 1
+        } else if sent == asked {
+            asked * 2
+        } else {
+            // The listing ended: nothing learnt about the buffer.
+            return;
+        };
+        self.0
+            .store(next.clamp(Self::FLOOR, Self::CEILING), Ordering::Relaxed);
+    }
 }
 
 impl FuseAdapter {
     /// An adapter letting the kernel cache attributes and names for `ttl`;
     /// `statfs` reports the space of the file system holding `store`.
     pub fn new(fs: Arc<SessionFs>, ttl: Duration, store: PathBuf) -> FuseAdapter {
-        FuseAdapter { fs, ttl, store }
+        FuseAdapter {
+            fs,
+            ttl,
+            store,
+            names_batch: ListingBatch::new(),
+            entries_batch: ListingBatch::new(),
+        }
     }
 
     /// How long the kernel may cache a node's attributes. A transcript only
@@ -278,12 +325,13 @@ impl FuseAdapter {
         op: &str,
         dir: INodeNo,
         offset: u64,
-        batch: usize,
+        batch: &ListingBatch,
         mut replier: impl DirectoryReplier,
     ) {
         const DOTS: u64 = 2;
+        let asked = batch.get();
         let entries = match guarded(op, || {
-            self.fs.readdir(dir.0, offset.saturating_sub(DOTS), batch)
+            self.fs.readdir(dir.0, offset.saturating_sub(DOTS), asked)
         }) {
             Ok(entries) => entries,
             Err(errno) => return replier.error(errno),
@@ -293,12 +341,16 @@ impl FuseAdapter {
                 return replier.ok();
             }
         }
+        let (mut sent, mut full) = (0, false);
         for entry in entries {
             let cookie = entry.next + DOTS;
             if replier.add_entry(entry, cookie) {
+                full = true;
                 break;
             }
+            sent += 1;
         }
+        batch.learn(asked, sent, full);
         replier.ok()
     }
 }
@@ -468,9 +520,7 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         reply: ReplyDirectory,
     ) {
-        // A page holds about a hundred names.
-        const BATCH: usize = 128;
-        self.reply_listing("readdir", ino, offset, BATCH, Names(reply));
+        self.reply_listing("readdir", ino, offset, &self.names_batch, Names(reply));
     }
 
     fn readdirplus(
@@ -481,9 +531,7 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        // A page holds a few dozen entries with attributes: more names than
-        // fit are listed, but attributes are found only for those sent.
-        const BATCH: usize = 64;
+        // More names than fit may be listed, but attributes are found only for those sent.
         match guarded("readdirplus", || self.fs.getattr(ino.0)) {
             Ok(own) => {
                 let replier = WithAttrs {
@@ -491,7 +539,7 @@ impl Filesystem for FuseAdapter {
                     reply,
                     own: file_attr(&own),
                 };
-                self.reply_listing("readdirplus", ino, offset, BATCH, replier);
+                self.reply_listing("readdirplus", ino, offset, &self.entries_batch, replier);
             }
             Err(errno) => reply.error(errno),
         }
@@ -699,7 +747,7 @@ mod tests {
                 added: &mut added,
                 answer: &mut answer,
             };
-            adapter.reply_listing("readdir", INodeNo(dir), offset, 128, page);
+            adapter.reply_listing("readdir", INodeNo(dir), offset, &adapter.names_batch, page);
             assert_eq!(answer, Some(Ok(())));
             let Some(&(last, _)) = added.last() else {
                 return names;
@@ -739,6 +787,33 @@ mod tests {
     }
 
     #[test]
+    fn the_batch_grows_to_fill_a_large_buffer_and_shrinks_to_a_small_one() {
+        let batch = ListingBatch::new();
+        let mut request = |room: usize| {
+            let asked = batch.get();
+            // A reply asked more than fits is full at the first that does not.
+            batch.learn(asked, asked.min(room), asked > room);
+        };
+        for _ in 0..8 {
+            request(900);
+        }
+        assert!((900..=1126).contains(&batch.get()), "{}", batch.get());
+        request(2000);
+        assert!(batch.get() > 1800, "{}", batch.get());
+        for _ in 0..3 {
+            request(40);
+        }
+        assert_eq!(batch.get(), ListingBatch::FLOOR);
+        let before = batch.get();
+        batch.learn(before, 3, false);
+        assert_eq!(batch.get(), before, "a listing that ended teaches nothing");
+        for _ in 0..20 {
+            request(usize::MAX);
+        }
+        assert_eq!(batch.get(), ListingBatch::CEILING);
+    }
+
+    #[test]
     fn a_listing_of_no_directory_is_answered_with_its_errno() {
         let adapter = adapter_over(&[]);
         let (mut added, mut answer) = (Vec::new(), None);
@@ -747,7 +822,7 @@ mod tests {
             added: &mut added,
             answer: &mut answer,
         };
-        adapter.reply_listing("readdir", INodeNo(u64::MAX), 0, 128, page);
+        adapter.reply_listing("readdir", INodeNo(u64::MAX), 0, &adapter.names_batch, page);
         assert_eq!(answer, Some(Err(Errno::ENOENT)));
         assert!(added.is_empty());
     }

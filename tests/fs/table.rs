@@ -70,6 +70,31 @@ fn the_first_listing_is_answered_part_by_part_and_the_lists_come_after_it() {
     assert_eq!(world.calls.list.load(Ordering::Relaxed), 1, "one listing");
 }
 
+/// The kernel may offer room for thousands of entries per request: while
+/// the first listing streams, a reply sends what is listed so far rather than
+/// waiting to fill that room.
+#[test]
+fn a_reply_with_room_for_more_than_is_listed_yet_is_sent_without_waiting() {
+    let world = World::new(100, 1, config());
+    // Ten parts of 7: more slots than a reply waits for.
+    world.calls.hold_listing(10);
+    let fs = world.fs.clone();
+    let first = std::thread::spawn(move || fs.readdir(ROOT, 0, 1000).expect("readdir").len());
+    let started = std::time::Instant::now();
+    while !first.is_finished() && started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let answered = first.is_finished();
+    world.calls.release();
+    assert!(answered, "the reply waited for the rest of the listing");
+    assert_eq!(
+        first.join().expect("reader"),
+        1 + 70,
+        "flush and the slots listed"
+    );
+    assert_eq!(sessions_listed(&world.fs, 1000).len(), 100);
+}
+
 #[test]
 fn an_id_stored_twice_is_refused_even_when_the_listing_comes_in_parts() {
     let store = Arc::new(MemoryStore::default());
