@@ -789,7 +789,7 @@ mod tests {
     #[test]
     fn the_batch_grows_to_fill_a_large_buffer_and_shrinks_to_a_small_one() {
         let batch = ListingBatch::new();
-        let mut request = |room: usize| {
+        let request = |room: usize| {
             let asked = batch.get();
             // A reply asked more than fits is full at the first that does not.
             batch.learn(asked, asked.min(room), asked > room);
