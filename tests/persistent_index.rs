@@ -492,40 +492,6 @@ fn index_files(index: &PersistentIndex) -> Vec<PathBuf> {
     files
 }
 
-/// Whether an index file was compacted, from its envelope.
-fn compacted(file: &Path) -> bool {
-    let bytes = std::fs::read(file).unwrap();
-    let plain = zstd::decode_all(&bytes[8..]).unwrap();
-    let len = u32::from_le_bytes(plain[..4].try_into().unwrap()) as usize;
-    let envelope: serde_json::Value = serde_json::from_slice(&plain[4..4 + len]).unwrap();
-    envelope["settled"] == serde_json::Value::Bool(true)
-}
-
-#[test]
-fn index_files_compacted_once_the_mount_is_quiet_read_as_a_full_read() {
-    for fixture in [
-        "stores/jsonl-zstd",
-        "stores/crash/sqlite17",
-        "legacy/stores/jsonl",
-    ] {
-        let case = Case::new(fixture);
-        let index = case.index();
-        case.agree(&index, &format!("{fixture}: written fast"));
-        index.wait_compacted();
-        let files = index_files(&index);
-        assert!(files.len() > 1, "{fixture}: nothing was saved");
-        for file in &files {
-            assert!(
-                compacted(file),
-                "{fixture}: {} not compacted",
-                file.display()
-            );
-        }
-        let again = case.agree(&index, &format!("{fixture}: compacted"));
-        assert_eq!(again, 0, "{fixture}: a compacted file was not used");
-    }
-}
-
 #[test]
 fn damaged_old_or_foreign_index_files_are_misses_and_are_replaced() {
     type Damage = fn(&Path, &[u8]) -> Vec<u8>;
