@@ -337,6 +337,11 @@ pub fn read_frames<R: Read + Send, T>(
     let decoders = decoders();
     let (work, queue) = mpsc::channel::<Work>();
     let queue = std::sync::Mutex::new(queue);
+    // Buffers handed back for the next batches: a fresh one for each batch
+    // faulted its pages in again (and the allocator trimmed them).
+    let (spent_plaintext, spare_plaintext) = mpsc::channel::<Vec<u8>>();
+    let (spent_compressed, spare_compressed) = mpsc::channel::<Vec<u8>>();
+    let spare_plaintext = std::sync::Mutex::new(spare_plaintext);
     std::thread::scope(|scope| {
         // A batch in flight holds a token until it has been read: at most this
         // many are decompressed ahead of the reader, whatever the order they
@@ -347,13 +352,13 @@ pub fn read_frames<R: Read + Send, T>(
             let _ = tokens.send(());
         }
         let (done, decoded) = mpsc::channel::<(usize, Batch)>();
-        scope.spawn(move || split_frames(source, work, token));
+        scope.spawn(move || split_frames(source, work, token, spare_compressed));
         for _ in 0..decoders {
             let done = done.clone();
-            let queue = &queue;
-            scope.spawn(move || decode_batches(queue, done));
+            let (queue, spare, spent) = (&queue, &spare_plaintext, spent_compressed.clone());
+            scope.spawn(move || decode_batches(queue, done, spare, spent));
         }
-        drop(done);
+        drop((done, spent_compressed));
         let mut waiting = std::collections::BTreeMap::new();
         for next in 0.. {
             let batch = loop {
@@ -380,6 +385,7 @@ pub fn read_frames<R: Read + Send, T>(
             if let Some(end) = end {
                 return end.map(Frames::Ended);
             }
+            let _ = spent_plaintext.send(plaintext);
             let _ = tokens.send(());
         }
         unreachable!("batches are numbered without end")
@@ -388,15 +394,27 @@ pub fn read_frames<R: Read + Send, T>(
 
 /// Cuts the artifact into batches of whole compressed frames (a structural scan,
 /// nothing decompressed); stops when the reading side hangs up.
-fn split_frames<R: Read>(source: R, work: mpsc::Sender<Work>, token: mpsc::Receiver<()>) {
+fn split_frames<R: Read>(
+    source: R,
+    work: mpsc::Sender<Work>,
+    token: mpsc::Receiver<()>,
+    spare: mpsc::Receiver<Vec<u8>>,
+) {
     let mut frames = FrameReader::new(source);
     for index in 0.. {
         if token.recv().is_err() {
             return;
         }
+        let compressed = match spare.try_recv() {
+            Ok(mut spare) => {
+                spare.clear();
+                spare
+            }
+            Err(_) => Vec::with_capacity(BATCH_BYTES + (BATCH_BYTES >> 2)),
+        };
         let mut batch = Work {
             index,
-            compressed: Vec::with_capacity(BATCH_BYTES + (BATCH_BYTES >> 2)),
+            compressed,
             lengths: Vec::new(),
             end: None,
         };
@@ -425,12 +443,18 @@ fn split_frames<R: Read>(source: R, work: mpsc::Sender<Work>, token: mpsc::Recei
 fn decode_batches(
     queue: &std::sync::Mutex<mpsc::Receiver<Work>>,
     done: mpsc::Sender<(usize, Batch)>,
+    spare: &std::sync::Mutex<mpsc::Receiver<Vec<u8>>>,
+    spent: mpsc::Sender<Vec<u8>>,
 ) {
     let mut decoder = FrameDecoder::new();
     loop {
         let next = crate::sync::lock(queue).recv();
         let Ok(work) = next else { return };
         let mut batch = Batch::default();
+        if let Ok(mut plaintext) = crate::sync::lock(spare).try_recv() {
+            plaintext.clear();
+            batch.plaintext = plaintext;
+        }
         match &mut decoder {
             Err(why) => batch.end = Some(Err(io::Error::other(why.clone()))),
             Ok(decoder) => {
@@ -454,6 +478,7 @@ fn decode_batches(
         if batch.end.is_none() {
             batch.end = work.end;
         }
+        let _ = spent.send(work.compressed);
         if done.send((work.index, batch)).is_err() {
             return;
         }
