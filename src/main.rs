@@ -368,6 +368,7 @@ fn mount_and_serve(options: &Options, ready: &mut Option<std::fs::File>) -> Resu
         });
     // Scans saved while mounted reach the disk before the process ends.
     if let Some(index) = &index {
+        index.last_saves();
         fs.save_scans();
         index.save_headers();
         index.wait_idle();

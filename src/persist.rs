@@ -22,12 +22,13 @@
 //! a log ([`KnownHeaders`]).
 //!
 //! Lock order: a view's lock (a save is made under it), then `queue`, then
-//! `pending`; `headers`, `compaction` and `last_use` are each taken alone.
+//! `pending`; `compaction`, then `compacting`; `headers`, `last_use` and
+//! `renames` are each taken alone.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
@@ -49,7 +50,7 @@ const MAGIC: &[u8; 8] = b"SFSINDX\x01";
 /// The zstd level a save is written at while the mount builds. On a cold grep
 /// of a 200-session store, level 1 here made the index writer a quarter of
 /// the mount's CPU; this level took 2–3 s less CPU than level 1 and as little
-/// as -100, for an index 2.3 times larger until it is compacted (477 MiB).
+/// as -100, for an index 2.3 times larger until it is compacted (476 MiB).
 const FAST_LEVEL: i32 = -30;
 
 /// Saves smaller than this are written compacted at once: compressing them
@@ -136,26 +137,39 @@ struct Shared {
     /// The headers listings read, by log path; read from disk by the writer
     /// thread as the mount starts, so that a first listing seldom waits for it.
     headers: Mutex<Headers>,
-    /// When a file was last written or read for a view: compaction waits for
-    /// `QUIET` after it, so it never competes with the mount's own work.
+    /// When a file was last written or read for a view: compaction starts only
+    /// `QUIET` after it, at the lowest CPU priority, to keep out of the mount's way.
     last_use: Mutex<Option<Instant>>,
     /// Files queued for compaction or being compacted, for `wait_compacted`.
     compacting: Mutex<usize>,
     compacted: Condvar,
     /// The mount is ending: compaction stops where it is.
     ending: AtomicBool,
+    /// The saves as the mount ends have begun: they are written compacted.
+    last_saves: AtomicBool,
+    /// Taken to replace a file and count what it changed, by the writer and
+    /// the compactor alike (a compaction must not replace a newer save).
+    renames: Mutex<()>,
 }
 
 struct Save {
     key: String,
     bytes: Vec<u8>,
-    /// Written at the fast level and compacted later; a small save, and a save
-    /// as the mount ends (nothing would be left to compact it), are written compacted.
+    /// Written at the fast level and compacted later; a small save, and the
+    /// saves as the mount ends (nothing would be left to compact them), are
+    /// written compacted.
     fast: bool,
 }
 
 /// Whether a file was written at the compacted level.
 struct Settled(bool);
+
+/// The file a compaction read: replaced only while it is still there.
+struct Compacted {
+    ino: u64,
+    /// Its last use, which the compacted file keeps.
+    used: SystemTime,
+}
 
 /// Saves queued or being written, and the bytes they hold.
 #[derive(Debug, Default)]
@@ -210,6 +224,8 @@ impl PersistentIndex {
             compacting: Mutex::default(),
             compacted: Condvar::new(),
             ending: AtomicBool::new(false),
+            last_saves: AtomicBool::new(false),
+            renames: Mutex::default(),
         });
         let (compaction, to_compact) = std::sync::mpsc::channel();
         let compacting = shared.clone();
@@ -287,7 +303,9 @@ impl PersistentIndex {
         }
         let save = Save {
             key,
-            fast: !ending && bytes.len() >= FAST_FROM,
+            fast: !ending
+                && bytes.len() >= FAST_FROM
+                && !self.shared.last_saves.load(Ordering::Relaxed),
             bytes,
         };
         let sent = match ending {
@@ -328,6 +346,12 @@ impl PersistentIndex {
                 self.shared.compaction_done();
             }
         }
+    }
+
+    /// Says that the saves made from now on are the mount's last: they are
+    /// written compacted, as nothing will be left to compact them.
+    pub fn last_saves(&self) {
+        self.shared.last_saves.store(true, Ordering::Relaxed);
     }
 
     /// Blocks until every save queued so far is written (or failed).
@@ -586,17 +610,17 @@ impl Shared {
         }
     }
 
-    /// Writes `envelope` and the `payload_len` bytes `payload` reads as the
-    /// file for the envelope's key, at `level`; a compaction (`keep_used`,
-    /// the replaced file's last use, which it keeps) stops where it is when
-    /// the mount ends.
+    /// Writes `envelope` and the `payload_len` bytes `payload` reads (and
+    /// nothing more) as the file for the envelope's key, at `level`. A
+    /// compaction replaces only the file it read, keeps its last use, and
+    /// stops where it is when the mount ends.
     fn write(
         &self,
         envelope: &Envelope,
         payload_len: u64,
         payload: &mut impl Read,
         level: i32,
-        keep_used: Option<SystemTime>,
+        compacting: Option<&Compacted>,
     ) -> Result<(), String> {
         static TEMPORARIES: AtomicU64 = AtomicU64::new(0);
         let path = self.file_for(&envelope.key);
@@ -607,7 +631,7 @@ impl Shared {
             std::process::id(),
             TEMPORARIES.fetch_add(1, Ordering::Relaxed)
         ));
-        let written = (|| -> std::io::Result<(u64, u64)> {
+        let written = (|| -> std::io::Result<()> {
             let file = OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -624,7 +648,7 @@ impl Shared {
             let mut piece = vec![0; COMPACT_PIECE.min(payload_len as usize)];
             let mut left = payload_len;
             while left > 0 {
-                if keep_used.is_some() && self.ending.load(Ordering::Relaxed) {
+                if compacting.is_some() && self.ending.load(Ordering::Relaxed) {
                     return Err(std::io::Error::other("the mount is ending"));
                 }
                 let piece = &mut piece[..left.min(COMPACT_PIECE as u64) as usize];
@@ -632,19 +656,38 @@ impl Shared {
                 encoder.write_all(piece)?;
                 left -= piece.len() as u64;
             }
-            let file = encoder.finish()?.into_inner().map_err(|e| e.into_error())?;
-            if let Some(used) = keep_used {
-                file.set_modified(used)?;
+            // A decoder read to its end has checked the frame's checksum: a
+            // damaged file is not given a new, sound one.
+            if payload.read(&mut [0u8; 1])? != 0 {
+                return Err(std::io::Error::other("bytes follow the payload"));
             }
+            let file = encoder.finish()?.into_inner().map_err(|e| e.into_error())?;
             let size = file.metadata()?.len();
-            let replaced = std::fs::metadata(&path).map_or(0, |m| m.len());
+            let _renaming = lock(&self.renames);
+            let current = std::fs::metadata(&path).ok();
+            if let Some(compacted) = compacting
+                && current.as_ref().map(MetadataExt::ino) != Some(compacted.ino)
+            {
+                return Err(std::io::Error::other("saved again while compacted"));
+            }
             std::fs::rename(&temporary, &path)?;
-            Ok((size, replaced))
+            if let Some(compacted) = compacting {
+                // After the rename: a temporary that looks old is taken for abandoned.
+                file.set_modified(compacted.used)?;
+            }
+            let replaced = current.map_or(0, |m| m.len());
+            self.count_replaced(size, replaced);
+            Ok(())
         })();
-        let (size, replaced) = written.map_err(|e| {
+        written.map_err(|e| {
             let _ = std::fs::remove_file(&temporary);
             e.to_string()
-        })?;
+        })
+    }
+
+    /// Counts a file of `size` bytes that replaced one of `replaced` bytes,
+    /// evicting beyond the bound; called under `renames`.
+    fn count_replaced(&self, size: u64, replaced: u64) {
         if !self.counted.swap(true, Ordering::Relaxed) {
             self.used.store(self.count(), Ordering::Relaxed);
         } else if size >= replaced {
@@ -660,7 +703,6 @@ impl Shared {
         if self.used.load(Ordering::Relaxed) > self.max_bytes {
             self.evict();
         }
-        Ok(())
     }
 
     /// Compacts the files whose keys come from `keys`, one at a time, each
@@ -711,10 +753,11 @@ impl Shared {
     fn compact(&self, key: &str) -> Result<(), String> {
         let path = self.file_for(key);
         let mut file = File::open(&path).map_err(|e| e.to_string())?;
-        let used = file
-            .metadata()
-            .and_then(|m| m.modified())
-            .map_err(|e| e.to_string())?;
+        let meta = file.metadata().map_err(|e| e.to_string())?;
+        let compacted = Compacted {
+            ino: meta.ino(),
+            used: meta.modified().map_err(|e| e.to_string())?,
+        };
         let size = frame_size(&mut file)?;
         file.seek(SeekFrom::Start(MAGIC.len() as u64))
             .map_err(|e| e.to_string())?;
@@ -734,7 +777,13 @@ impl Shared {
         let payload = size.checked_sub(4 + u64::from(len)).ok_or("damaged")?;
         // The decoder checks the frame's checksum as it reaches its end, so a
         // damaged file fails here and is left for a read to find.
-        self.write(&envelope, payload, &mut plain, COMPACT_LEVEL, Some(used))
+        self.write(
+            &envelope,
+            payload,
+            &mut plain,
+            COMPACT_LEVEL,
+            Some(&compacted),
+        )
     }
 
     fn compaction_queued(&self) {
@@ -961,6 +1010,53 @@ mod tests {
         let path = shared.file_for(&left.describe());
         let (bytes, settled) = shared.read(&path, &left.describe()).unwrap();
         assert!(bytes == payload && settled.0, "compacted after a read");
+        drop(index);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_compaction_replaces_neither_a_newer_save_nor_a_damaged_file() {
+        let base = std::env::temp_dir().join(format!("sessionfs-race-{}", std::process::id()));
+        let index = PersistentIndex::open(&base, Path::new("/nonexistent-store"), 1 << 30).unwrap();
+        let shared = &index.shared;
+        let key = SessionKey::Row("raced".into());
+        let path = shared.file_for(&key.describe());
+        let envelope = |settled| Envelope {
+            store: shared.store.clone(),
+            key: key.describe(),
+            settled,
+        };
+        let (old, new) = (prose(300 << 10), prose(400 << 10));
+        let write = |bytes: &[u8], compacted: Option<&Compacted>| {
+            let len = bytes.len() as u64;
+            shared.write(
+                &envelope(compacted.is_some()),
+                len,
+                &mut &bytes[..],
+                FAST_LEVEL,
+                compacted,
+            )
+        };
+        write(&old, None).unwrap();
+        let read = std::fs::metadata(&path).unwrap();
+        let compacted = Compacted {
+            ino: read.ino(),
+            used: read.modified().unwrap(),
+        };
+        write(&new, None).unwrap();
+        assert!(
+            write(&old, Some(&compacted)).is_err(),
+            "a newer save was replaced"
+        );
+        assert!(shared.read(&path, &key.describe()).unwrap().0 == new);
+
+        // Damage inside the frame: the compaction fails and leaves the file be.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = bytes.len() - 2;
+        bytes[at] ^= 0x40;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(shared.compact(&key.describe()).is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
         drop(index);
         std::fs::remove_dir_all(&base).unwrap();
     }

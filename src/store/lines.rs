@@ -4,6 +4,10 @@
 
 /// The offset of the first `\n` in `bytes`.
 pub fn newline(bytes: &[u8]) -> Option<usize> {
+    // An empty slice's pointer may dangle, which C's memchr does not allow.
+    if bytes.is_empty() {
+        return None;
+    }
     // SAFETY: memchr reads at most `bytes.len()` bytes starting at a valid slice's
     // start, and any pointer it returns points into that slice.
     let found = unsafe { libc::memchr(bytes.as_ptr().cast(), i32::from(b'\n'), bytes.len()) };

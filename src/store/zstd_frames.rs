@@ -125,7 +125,10 @@ impl FrameDecoder {
                 self.out.reserve(64 << 10);
             }
             match self.whole.decompress(&mut self.out, frame) {
-                Ok(len) => return Ok(&self.out[..len]),
+                Ok(len) if len <= MAX_FRAME_PLAINTEXT => return Ok(&self.out[..len]),
+                // Past the limit (the buffer may have grown past it refusing
+                // a frame before): refused as the streaming decoder refuses it.
+                Ok(_) => return self.decode_in_pieces(frame),
                 // SAFETY: ZSTD_getErrorCode only reads the code it is given.
                 Err(code)
                     if unsafe { ZSTD_getErrorCode(code) }
@@ -385,7 +388,10 @@ pub fn read_frames<R: Read + Send, T>(
             if let Some(end) = end {
                 return end.map(Frames::Ended);
             }
-            let _ = spent_plaintext.send(plaintext);
+            // One huge frame's buffer is not kept for the rest of the scan.
+            if plaintext.capacity() <= 8 * BATCH_BYTES {
+                let _ = spent_plaintext.send(plaintext);
+            }
             let _ = tokens.send(());
         }
         unreachable!("batches are numbered without end")
