@@ -558,7 +558,7 @@ impl Shared {
         let mut plain = zstd::bulk::decompress(&compressed, size as usize)
             .map_err(|e| unusable(format!("damaged: {e}")))?;
         let (envelope, payload_at) =
-            read_envelope(&plain).ok_or_else(|| unusable("damaged".into()))?;
+            read_envelope(&mut &plain[..]).ok_or_else(|| unusable("damaged".into()))?;
         self.check_envelope(&envelope, key).map_err(unusable)?;
         // The payload moved to the front of the buffer, not copied out of it.
         plain.drain(..payload_at);
@@ -717,13 +717,10 @@ impl Shared {
         let mut known = HashSet::new();
         loop {
             let quiet_for = lock(&self.last_use).map_or(QUIET, |at| at.elapsed());
-            let next = match (queued.is_empty(), QUIET.checked_sub(quiet_for)) {
-                (true, _) => keys.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                (false, Some(wait)) if !wait.is_zero() => keys.recv_timeout(wait),
-                (false, _) => keys.try_recv().map_err(|e| match e {
-                    std::sync::mpsc::TryRecvError::Empty => RecvTimeoutError::Timeout,
-                    std::sync::mpsc::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
-                }),
+            // With files queued, wait only for the quiet (none left: at once).
+            let next = match queued.is_empty() {
+                true => keys.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                false => keys.recv_timeout(QUIET.saturating_sub(quiet_for)),
             };
             match next {
                 Ok(key) if known.insert(key.clone()) => queued.push_back(key),
@@ -762,19 +759,13 @@ impl Shared {
         file.seek(SeekFrom::Start(MAGIC.len() as u64))
             .map_err(|e| e.to_string())?;
         let mut plain = zstd::stream::Decoder::new(file).map_err(|e| e.to_string())?;
-        let mut len = [0; 4];
-        plain.read_exact(&mut len).map_err(|e| e.to_string())?;
-        let len = u32::from_le_bytes(len);
-        let mut envelope = vec![0; len.min(1 << 16) as usize];
-        plain.read_exact(&mut envelope).map_err(|e| e.to_string())?;
-        let mut envelope: Envelope =
-            serde_json::from_slice(&envelope).map_err(|e| e.to_string())?;
+        let (mut envelope, payload_at) = read_envelope(&mut plain).ok_or("damaged")?;
         self.check_envelope(&envelope, key)?;
         if envelope.settled {
             return Ok(());
         }
         envelope.settled = true;
-        let payload = size.checked_sub(4 + u64::from(len)).ok_or("damaged")?;
+        let payload = size.checked_sub(payload_at as u64).ok_or("damaged")?;
         // The decoder checks the frame's checksum as it reaches its end, so a
         // damaged file fails here and is left for a read to find.
         self.write(
@@ -895,10 +886,14 @@ fn frame_size(file: &mut File) -> Result<u64, String> {
 
 /// The envelope at the start of an index file's plaintext, and where the
 /// payload after it starts.
-fn read_envelope(plain: &[u8]) -> Option<(Envelope, usize)> {
-    let len = u32::from_le_bytes(plain.get(..4)?.try_into().ok()?) as usize;
-    let envelope = serde_json::from_slice(plain.get(4..4 + len)?).ok()?;
-    Some((envelope, 4 + len))
+fn read_envelope(plain: &mut impl Read) -> Option<(Envelope, usize)> {
+    let mut len = [0; 4];
+    plain.read_exact(&mut len).ok()?;
+    // A store's path and a session's key: far less than this.
+    let len = usize::try_from(u32::from_le_bytes(len)).ok()?.min(1 << 16);
+    let mut envelope = vec![0; len];
+    plain.read_exact(&mut envelope).ok()?;
+    Some((serde_json::from_slice(&envelope).ok()?, 4 + len))
 }
 
 #[cfg(test)]
@@ -991,6 +986,18 @@ mod tests {
         assert!(
             bytes == payload[..FAST_FROM - 1] && settled.0,
             "small, compacted at once"
+        );
+
+        // The saves as the mount ends are written compacted: nothing would compact them.
+        let last = SessionKey::Row("saved as the mount ends".into());
+        index.last_saves();
+        index.save(&last, payload.clone());
+        index.wait_idle();
+        let path = index.shared.file_for(&last.describe());
+        let (bytes, settled) = index.shared.read(&path, &last.describe()).unwrap();
+        assert!(
+            bytes == payload && settled.0,
+            "saved as the mount ends, compacted"
         );
 
         // A file a mount left fast is compacted once a later mount reads it.

@@ -98,8 +98,9 @@ pub fn scan_frame(bytes: &[u8]) -> FrameScan {
 pub struct FrameDecoder {
     /// Decodes a frame in one call straight into `out`.
     whole: zstd::zstd_safe::DCtx<'static>,
-    /// Decodes a frame piece by piece: what says why one call failed.
-    raw: zstd::stream::raw::Decoder<'static>,
+    /// Decodes a frame piece by piece: what says why one call failed. Made
+    /// when first needed: a header read decodes one sound frame.
+    raw: Option<zstd::stream::raw::Decoder<'static>>,
     /// The buffer the next frame is decoded into; grows to the largest frame.
     out: Vec<u8>,
 }
@@ -109,7 +110,7 @@ impl FrameDecoder {
     pub fn new() -> Result<FrameDecoder, String> {
         Ok(FrameDecoder {
             whole: zstd::zstd_safe::DCtx::try_create().ok_or("cannot make a zstd context")?,
-            raw: zstd::stream::raw::Decoder::new().map_err(|e| e.to_string())?,
+            raw: None,
             out: Vec::new(),
         })
     }
@@ -147,7 +148,15 @@ impl FrameDecoder {
     /// names what is wrong with a frame that does not decode.
     fn decode_in_pieces(&mut self, frame: &[u8]) -> Result<&[u8], String> {
         use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
-        self.raw.reinit().map_err(|e| e.to_string())?;
+        let raw = match &mut self.raw {
+            Some(raw) => {
+                raw.reinit().map_err(|e| e.to_string())?;
+                raw
+            }
+            None => self
+                .raw
+                .insert(zstd::stream::raw::Decoder::new().map_err(|e| e.to_string())?),
+        };
         let mut input = InBuffer::around(frame);
         let mut len = 0;
         loop {
@@ -156,8 +165,7 @@ impl FrameDecoder {
                 self.out.resize(grown, 0);
             }
             let mut output = OutBuffer::around(&mut self.out[len..]);
-            let remaining = self
-                .raw
+            let remaining = raw
                 .run(&mut input, &mut output)
                 .map_err(|e| e.to_string())?;
             let produced = output.pos();
