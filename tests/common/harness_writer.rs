@@ -84,11 +84,16 @@ impl HarnessWriter {
     }
 
     /// One write transaction as the Harness runs it: a deferred `BEGIN`, the
-    /// schema and tail read first, then the insert and the revision bump.
-    pub fn commit(&mut self) -> rusqlite::Result<()> {
+    /// schema and tail read first, then the insert and the revision bump. A
+    /// failure names the statement and SQLite's extended result code (5 is
+    /// `SQLITE_BUSY`, 517 `SQLITE_BUSY_SNAPSHOT`: a commit of another
+    /// connection since this one's read began).
+    pub fn commit(&mut self) -> Result<(), String> {
         let c = &self.connection;
-        c.execute_batch("BEGIN")?;
+        let mut stage = "BEGIN";
         let written = (|| {
+            c.execute_batch("BEGIN")?;
+            stage = "read";
             let _: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
             let _: i64 = c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
             let _: Option<i64> = c.query_row(
@@ -96,14 +101,17 @@ impl HarnessWriter {
                 [WRITER_SESSION],
                 |r| r.get(0),
             )?;
+            stage = "INSERT";
             c.execute(
                 "INSERT INTO events (session_id, seq, type, time, data) VALUES (?1, ?2, 'session/title', ?3, '{\"title\":\"t\"}')",
                 params![WRITER_SESSION, self.next_seq, 1_772_000_000_000i64 + self.next_seq],
             )?;
+            stage = "UPDATE";
             c.execute(
                 "UPDATE sessions SET revision = revision + 1 WHERE id = ?1",
                 [WRITER_SESSION],
             )?;
+            stage = "COMMIT";
             c.execute_batch("COMMIT")
         })();
         match written {
@@ -113,7 +121,11 @@ impl HarnessWriter {
             }
             Err(e) => {
                 let _ = c.execute_batch("ROLLBACK");
-                Err(e)
+                let code = match &e {
+                    rusqlite::Error::SqliteFailure(failure, _) => failure.extended_code,
+                    _ => 0,
+                };
+                Err(format!("{stage}: {e} (code {code})"))
             }
         }
     }
