@@ -30,6 +30,8 @@ use crate::sync::lock;
 const DB_LOCKS: (i64, i64) = (0x4000_0000, 2 + 510);
 /// The WAL-index's eight locks.
 const WAL_INDEX_LOCKS: (i64, i64) = (120, 8);
+/// The WAL write lock, the first of them.
+const WAL_WRITE_LOCK: (i64, i64) = (120, 1);
 /// The WAL-index's eight locks and its dead-man switch.
 const SHM_LOCKS: (i64, i64) = (120, 9);
 
@@ -126,6 +128,15 @@ impl WriterProbe {
     /// lock, the checkpointer's, recovery's or a read mark): it is inside a
     /// transaction, and a Harness connection may be about to write.
     pub(super) fn others_in_transaction(&self) -> bool {
+        self.shm_locked(WAL_INDEX_LOCKS)
+    }
+
+    /// True when another process holds the WAL write lock.
+    pub(super) fn others_writing(&self) -> bool {
+        self.shm_locked(WAL_WRITE_LOCK)
+    }
+
+    fn shm_locked(&self, range: (i64, i64)) -> bool {
         let mut files = lock(&self.files);
         let Some(shm) = files
             .as_mut()
@@ -133,7 +144,7 @@ impl WriterProbe {
         else {
             return false;
         };
-        locked_by_another(shm, WAL_INDEX_LOCKS).unwrap_or(false)
+        locked_by_another(shm, range).unwrap_or(false)
     }
 }
 

@@ -70,6 +70,8 @@ pub struct SqliteStore {
     /// Declared after `reader`, so dropped after it: its descriptors must
     /// not close while the reader holds locks (see `liveness`).
     probe: liveness::WriterProbe,
+    /// The Harness writer's rhythm, learnt while forks wait for gaps.
+    cadence: Mutex<pace::Cadence>,
 }
 
 impl SqliteStore {
@@ -92,6 +94,7 @@ impl SqliteStore {
         let schema = check_identity(&reader, &path)?;
         let store = SqliteStore {
             probe: liveness::WriterProbe::new(&path),
+            cadence: Mutex::default(),
             path,
             schema,
             reader: Mutex::new(reader),
@@ -296,7 +299,7 @@ impl SqliteStore {
     fn remove_leftovers(&self) {
         for (marker, id) in pending::leftovers(&self.path) {
             let removed = self.writer().and_then(|mut writer| {
-                let mut pacer = pace::Pacer::new(&self.probe);
+                let mut pacer = pace::Pacer::new(&self.probe, &self.cadence);
                 self.remove_hidden_rows(&mut writer, &mut pacer, &id)
             });
             match removed.and_then(|()| marker.release()) {
@@ -669,7 +672,7 @@ impl Writer for SqliteStore {
             .execute_batch("PRAGMA foreign_keys = OFF")
             .map_err(failed)?;
         let (marker, crashed_before) = pending::Marker::claim(&self.path, &header.id)?;
-        let mut pacer = pace::Pacer::new(&self.probe);
+        let mut pacer = pace::Pacer::new(&self.probe, &self.cadence);
         if crashed_before {
             self.remove_hidden_rows(&mut writer, &mut pacer, &header.id)?;
         }
