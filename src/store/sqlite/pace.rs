@@ -115,7 +115,9 @@ impl Probe for WriterProbe {
 /// known) and its projection passes without a spell, its start is dropped,
 /// as are those of an idle writer, which has no phase until it writes again.
 /// A spell that runs on into the next one's due (a slow commit) counts as
-/// that one too, lest its phase be taken for skipped. Kept by the store across forks, as the writer's rhythm
+/// that one too, lest its phase be taken for skipped; and a spell due
+/// while sessionfs was not watching (writing, or between forks) is not
+/// taken for skipped either. Kept by the store across forks, as the writer's rhythm
 /// outlives one fork; starts older than `REMEMBER` are forgotten, as a
 /// small error in the interval grows with each period projected.
 #[derive(Default)]
@@ -124,6 +126,9 @@ pub(super) struct Cadence {
     starts: VecDeque<Instant>,
     /// When the writer was last seen writing.
     last_seen: Option<Instant>,
+    /// Since when the writer is watched without a break: a spell due
+    /// before then was not seen, not missed.
+    watched_from: Option<Instant>,
 }
 
 impl Cadence {
@@ -172,7 +177,7 @@ impl Cadence {
     /// The next spell due, and the start whose phase projects it.
     fn due(&self) -> Option<(usize, Instant)> {
         let period = self.period()?.max(SETTLE);
-        let after = *self.starts.back()? + SETTLE;
+        let after = (*self.starts.back()? + SETTLE).max(self.watched_from?);
         self.starts
             .iter()
             .enumerate()
@@ -183,10 +188,18 @@ impl Cadence {
             .min_by_key(|&(_, due)| due)
     }
 
+    /// The writer is watched from `now` on (sessionfs was writing, or
+    /// between forks, before).
+    fn watch(&mut self, now: Instant) {
+        self.watched_from = Some(now);
+    }
+
     /// Whether a transaction started now ends `GUARD` before the next spell.
-    /// A spell overdue by more than `SETTLE` did not come: its start is
-    /// dropped, and the next projection is asked.
+    /// A spell overdue by more than `SETTLE` while watched did not come: its
+    /// start is dropped, and the next projection is asked.
     fn has_room(&mut self, now: Instant) -> bool {
+        self.starts
+            .retain(|&start| now.saturating_duration_since(start) <= REMEMBER);
         while let Some((start, due)) = self.due() {
             if now + ROW_BUDGET + GUARD <= due {
                 return true;
@@ -286,6 +299,7 @@ impl<'a> Pacer<'a> {
     /// Returns whether the gap was found before `PATIENCE` ran out.
     fn wait_for_gap(&mut self) -> bool {
         let started = Instant::now();
+        lock(self.cadence).watch(started);
         let mut waiting = started;
         let mut seen = self.probe.wal_index_header();
         let mut last_commit: Option<Instant> = None;
@@ -606,6 +620,7 @@ mod tests {
         let origin = Instant::now();
         let at = |ms: u64| origin + Duration::from_millis(ms);
         let mut cadence = Cadence::default();
+        cadence.watch(origin);
         for spell in [0, 25, 50, 75] {
             cadence.saw_writing(at(spell));
             cadence.saw_writing(at(spell + 1));
@@ -635,5 +650,22 @@ mod tests {
         }
         drop(pacer);
         assert_eq!(nice(), before, "restored");
+    }
+
+    #[test]
+    fn a_spell_due_while_unwatched_is_not_taken_for_skipped() {
+        // Four spells 25 ms apart, then no watching (a fork ended) until
+        // 400 ms: the spells due meanwhile say nothing, and the one due at
+        // 425 is still expected.
+        let origin = Instant::now();
+        let at = |ms: u64| origin + Duration::from_millis(ms);
+        let mut cadence = Cadence::default();
+        cadence.watch(origin);
+        for spell in [0, 25, 50, 75] {
+            cadence.saw_writing(at(spell));
+        }
+        cadence.watch(at(400));
+        assert!(cadence.has_room(at(410)));
+        assert!(!cadence.has_room(at(420)), "the spell due at 425 is near");
     }
 }
