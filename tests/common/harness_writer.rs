@@ -2,7 +2,8 @@
 //! shares a database with: used by tests/mount_writer_safety.rs and by
 //! examples/writer_safety.rs, so the test and the figure measure one writer.
 
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -63,6 +64,7 @@ pub fn big_log() -> Vec<JsonMap> {
 pub struct HarnessWriter {
     connection: Connection,
     next_seq: i64,
+    shm: PathBuf,
 }
 
 impl HarnessWriter {
@@ -77,9 +79,12 @@ impl HarnessWriter {
         let _: i64 = connection
             .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))
             .expect("first read");
+        let mut shm = db.as_os_str().to_owned();
+        shm.push("-shm");
         HarnessWriter {
             connection,
             next_seq: 0,
+            shm: shm.into(),
         }
     }
 
@@ -125,7 +130,8 @@ impl HarnessWriter {
                     rusqlite::Error::SqliteFailure(failure, _) => failure.extended_code,
                     _ => 0,
                 };
-                Err(format!("{stage}: {e} (code {code})"))
+                let holders = write_lock_holders(&self.shm);
+                Err(format!("{stage}: {e} (code {code}; {holders})"))
             }
         }
     }
@@ -152,5 +158,42 @@ impl HarnessWriter {
             thread::sleep((start + TICK * tick as u32).saturating_duration_since(Instant::now()));
         }
         (attempted, failures)
+    }
+}
+
+/// Who holds the WAL write lock (byte 120 of `-shm`) now, from /proc/locks:
+/// read, not locked, as a descriptor of ours on `-shm` closed again would
+/// drop this process's SQLite locks on it.
+fn write_lock_holders(shm: &Path) -> String {
+    let Ok(inode) = std::fs::metadata(shm).map(|m| m.ino()) else {
+        return "no -shm".into();
+    };
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let holders: Vec<String> = locks
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // "1: POSIX ADVISORY WRITE 1234 00:2a:5678 120 120"
+            let [_, "POSIX", _, kind, pid, file, start, end] = fields[..] else {
+                return None;
+            };
+            let on_shm = file.rsplit(':').next()?.parse::<u64>().ok()? == inode;
+            let (start, end): (u64, u64) = (start.parse().ok()?, end.parse().unwrap_or(u64::MAX));
+            if !on_shm || start > 120 || end < 120 {
+                return None;
+            }
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let whose = if pid == std::process::id().to_string() {
+                "this process".to_string()
+            } else {
+                comm.trim().to_string()
+            };
+            Some(format!("{kind} by pid {pid} ({whose})"))
+        })
+        .collect();
+    if holders.is_empty() {
+        "write lock free by the time it was looked for".into()
+    } else {
+        format!("write lock held: {}", holders.join(", "))
     }
 }
