@@ -188,12 +188,67 @@ fn write_lock_holders(shm: &Path) -> String {
             } else {
                 comm.trim().to_string()
             };
-            Some(format!("{kind} by pid {pid} ({whose})"))
+            Some(format!(
+                "{kind} by pid {pid} ({whose}{})",
+                threads_waiting(pid)
+            ))
         })
         .collect();
     if holders.is_empty() {
         "write lock free by the time it was looked for".into()
     } else {
         format!("write lock held: {}", holders.join(", "))
+    }
+}
+
+/// Where a thread of sessionfs waits when it has nothing to do.
+const IDLE_WAITS: [&str; 6] = [
+    "0",
+    "futex_",
+    "do_epoll_wait",
+    "poll_schedule_timeout",
+    "do_sigtimedwait",
+    "fuse_dev_do_read",
+];
+
+/// What the threads of `pid` that are not running wait on in the kernel
+/// (`/proc/PID/task/*/wchan`), and the kernel stack of any in
+/// uninterruptible sleep: a lock held across a stall says where it stalls.
+fn threads_waiting(pid: &str) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return String::new();
+    };
+    let mut waiting = Vec::new();
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+        let stat = read("stat");
+        // The state follows the parenthesised name.
+        let state = stat
+            .rsplit(") ")
+            .next()
+            .and_then(|rest| rest.split(' ').next());
+        let (comm, wchan) = (read("comm"), read("wchan"));
+        match state {
+            Some("D") => {
+                let stack: Vec<String> =
+                    read("stack").lines().take(8).map(str::to_string).collect();
+                waiting.push(format!(
+                    "{} D in {wchan} [{}]",
+                    comm.trim(),
+                    stack.join(" | ")
+                ));
+            }
+            Some("R") => waiting.push(format!("{} running", comm.trim())),
+            _ if !wchan.is_empty() && !IDLE_WAITS.iter().any(|idle| wchan.starts_with(idle)) => {
+                waiting.push(format!("{} in {wchan}", comm.trim()));
+            }
+            _ => {}
+        }
+    }
+    if waiting.is_empty() {
+        String::new()
+    } else {
+        format!("; threads: {}", waiting.join("; "))
     }
 }
