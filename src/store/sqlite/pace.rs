@@ -597,18 +597,21 @@ mod tests {
         assert!(waited < PATIENCE + QUIET, "{waited:?}");
     }
 
+    /// A writer on a 25 ms timer that commits once (1 ms) at each tick,
+    /// and makes the commits `fourth` at every fourth.
+    fn every_fourth_tick(fourth: &[Write]) -> Scripted {
+        let tick: &[Write] = &[write(0, 1)];
+        Scripted::new(Some(Duration::from_millis(25)), false)
+            .with_periods(&[tick, tick, tick, fourth])
+    }
+
     #[test]
     fn a_gap_ends_before_the_writers_next_spell_even_after_a_long_one() {
         // A writer on a 25 ms timer whose every fourth spell (a batch, then a
         // flush) takes 15 ms: the gap after that spell starts 23 ms into the
         // period, where a 4 ms window would meet the next spell (seen in
         // writer_safety under load as failed commits right after flushes).
-        let probe = Scripted::new(Some(Duration::from_millis(25)), false).with_periods(&[
-            &[write(0, 1)],
-            &[write(0, 1)],
-            &[write(0, 1)],
-            &[write(0, 15)],
-        ]);
+        let probe = every_fourth_tick(&[write(0, 15)]);
         let transactions = write_beside(&probe, Duration::from_secs(2));
         assert!(transactions >= 40, "{transactions} transactions in 2 s");
     }
@@ -620,14 +623,24 @@ mod tests {
         // spell of its own, it must neither put off the next spell due (seen
         // in writer_safety under load: a gap placed on the writer's next
         // tick) nor, once refuted, hold later gaps back.
-        let probe = Scripted::new(Some(Duration::from_millis(25)), false).with_periods(&[
-            &[write(0, 1)],
-            &[write(0, 1)],
-            &[write(0, 1)],
-            &[write(0, 1), write(16, 1)],
-        ]);
+        let probe = every_fourth_tick(&[write(0, 1), write(16, 1)]);
         let transactions = write_beside(&probe, Duration::from_secs(2));
         assert!(transactions >= 80, "{transactions} transactions in 2 s");
+    }
+
+    /// A cadence watched from now on that saw spells start `spells` ms from
+    /// now, each writing for `lasting` ms; and the instant `ms` from now.
+    fn watched(spells: &[u64], lasting: u64) -> (Cadence, impl Fn(u64) -> Instant) {
+        let origin = Instant::now();
+        let at = move |ms: u64| origin + Duration::from_millis(ms);
+        let mut cadence = Cadence::default();
+        cadence.watch(origin);
+        for &spell in spells {
+            for ms in spell..=spell + lasting {
+                cadence.saw_writing(at(ms));
+            }
+        }
+        (cadence, at)
     }
 
     #[test]
@@ -635,14 +648,7 @@ mod tests {
         // Four spells 25 ms apart, then one whose slow commits run on past
         // the next one's due (100 ms to 126 ms): the spell due at 125 came
         // inside it, so the one at 150 is still expected.
-        let origin = Instant::now();
-        let at = |ms: u64| origin + Duration::from_millis(ms);
-        let mut cadence = Cadence::default();
-        cadence.watch(origin);
-        for spell in [0, 25, 50, 75] {
-            cadence.saw_writing(at(spell));
-            cadence.saw_writing(at(spell + 1));
-        }
+        let (mut cadence, at) = watched(&[0, 25, 50, 75], 1);
         for ms in 100..=126 {
             cadence.saw_writing(at(ms));
         }
@@ -675,13 +681,7 @@ mod tests {
         // Four spells 25 ms apart, then no watching (a fork ended) until
         // 400 ms: the spells due meanwhile say nothing, and the one due at
         // 425 is still expected.
-        let origin = Instant::now();
-        let at = |ms: u64| origin + Duration::from_millis(ms);
-        let mut cadence = Cadence::default();
-        cadence.watch(origin);
-        for spell in [0, 25, 50, 75] {
-            cadence.saw_writing(at(spell));
-        }
+        let (mut cadence, at) = watched(&[0, 25, 50, 75], 0);
         cadence.watch(at(400));
         assert!(cadence.has_room(at(410)));
         assert!(!cadence.has_room(at(420)), "the spell due at 425 is near");
