@@ -115,11 +115,11 @@ impl Probe for WriterProbe {
 /// known) and its projection passes without a spell, its start is dropped,
 /// as are those of an idle writer, which has no phase until it writes again.
 /// A spell that runs on into the next one's due (a slow commit) counts as
-/// that one too, lest its phase be taken for skipped; and a spell due
-/// while sessionfs was not watching (writing, or between forks) is not
-/// taken for skipped either. Kept by the store across forks, as the writer's rhythm
-/// outlives one fork; starts older than `REMEMBER` are forgotten, as a
-/// small error in the interval grows with each period projected.
+/// that one too, lest its phase be taken for skipped; and a spell due while
+/// sessionfs was not watching (writing, or between forks) is not taken for
+/// skipped either. Kept by the store across forks, as the writer's rhythm
+/// outlives one fork; starts older than `REMEMBER` are forgotten, as a small
+/// error in the interval grows with each period projected.
 #[derive(Default)]
 pub(super) struct Cadence {
     /// The latest spell starts, oldest first.
@@ -142,14 +142,19 @@ impl Cadence {
             _ => None,
         };
         if let Some(start) = ran_into.or(new_spell.then_some(now)) {
-            self.starts
-                .retain(|&earlier| now.saturating_duration_since(earlier) <= REMEMBER);
+            self.forget_old(now);
             if self.starts.len() > SPELLS {
                 self.starts.pop_front();
             }
             self.starts.push_back(start);
         }
         self.last_seen = Some(now);
+    }
+
+    /// Drops the starts older than `REMEMBER`.
+    fn forget_old(&mut self, now: Instant) {
+        self.starts
+            .retain(|&start| now.saturating_duration_since(start) <= REMEMBER);
     }
 
     /// Whether writing seen now is too soon after the latest start to be the
@@ -198,8 +203,7 @@ impl Cadence {
     /// A spell overdue by more than `SETTLE` while watched did not come: its
     /// start is dropped, and the next projection is asked.
     fn has_room(&mut self, now: Instant) -> bool {
-        self.starts
-            .retain(|&start| now.saturating_duration_since(start) <= REMEMBER);
+        self.forget_old(now);
         while let Some((start, due)) = self.due() {
             if now + ROW_BUDGET + GUARD <= due {
                 return true;
@@ -324,13 +328,12 @@ impl<'a> Pacer<'a> {
             thread::sleep(POLL);
             let now = Instant::now();
             let writing = self.probe.others_writing();
-            if writing {
-                lock(self.cadence).saw_writing(now);
-            }
             let header = self.probe.wal_index_header();
             let committed = header != seen;
             if committed {
                 (seen, last_commit) = (header, Some(now));
+            }
+            if writing || committed {
                 lock(self.cadence).saw_writing(now);
             }
             let waited = now - started;
