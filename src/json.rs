@@ -49,28 +49,36 @@ pub fn pretty_line(value: &impl serde::Serialize) -> Vec<u8> {
 /// written as escapes: JSON allows them raw inside strings, but line splitters
 /// such as Python's `str.splitlines` would cut the line there.
 pub fn compact_line(value: &impl serde::Serialize) -> Vec<u8> {
-    let mut raw = serde_json::to_vec(value).unwrap_or_default();
-    // Both separators start with the byte 0xE2: without one, the line is done.
-    if !raw.contains(&0xE2) {
-        raw.push(b'\n');
-        return raw;
-    }
-    let mut out = Vec::with_capacity(raw.len() + 1);
-    let mut rest = &raw[..];
-    while let Some(at) = (0..rest.len()).find(|&at| {
-        rest[at] == 0xE2 && matches!(rest.get(at + 1..at + 3), Some([0x80, 0xA8 | 0xA9]))
-    }) {
-        out.extend_from_slice(&rest[..at]);
-        out.extend_from_slice(if rest[at + 2] == 0xA8 {
-            b"\\u2028"
-        } else {
-            b"\\u2029"
-        });
-        rest = &rest[at + 3..];
-    }
-    out.extend_from_slice(rest);
-    out.push(b'\n');
+    let mut out = Vec::new();
+    compact_line_into(value, &mut out);
     out
+}
+
+/// [`compact_line`] appended to `out`: many lines into one buffer, with no
+/// allocation per line.
+pub fn compact_line_into(value: &impl serde::Serialize, out: &mut Vec<u8>) {
+    let start = out.len();
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.truncate(start);
+    }
+    // Both separators start with the byte 0xE2: without one, the line is done.
+    if out[start..].contains(&0xE2) {
+        let raw = out.split_off(start);
+        let mut rest = &raw[..];
+        while let Some(at) = (0..rest.len()).find(|&at| {
+            rest[at] == 0xE2 && matches!(rest.get(at + 1..at + 3), Some([0x80, 0xA8 | 0xA9]))
+        }) {
+            out.extend_from_slice(&rest[..at]);
+            out.extend_from_slice(if rest[at + 2] == 0xA8 {
+                b"\\u2028"
+            } else {
+                b"\\u2029"
+            });
+            rest = &rest[at + 3..];
+        }
+        out.extend_from_slice(rest);
+    }
+    out.push(b'\n');
 }
 
 /// A string field of an object, if present and a string.

@@ -12,7 +12,7 @@ const PART: usize = 4096;
 
 /// The lines of `shown`, in its order.
 pub(super) fn render(shown: &[&Arc<Slot>]) -> Vec<u8> {
-    in_parts(shown, |slot| {
+    in_parts(shown, |slot, out| {
         let listed = lock(&slot.listed);
         let readable = listed.unreadable.is_none();
         CatalogLine {
@@ -26,20 +26,29 @@ pub(super) fn render(shown: &[&Arc<Slot>]) -> Vec<u8> {
             parent: listed.parent.as_deref(),
             delegation_depth: listed.delegation_depth,
         }
-        .render()
+        .render_into(out)
     })
 }
 
-/// Each item's line, in order. A large root renders on every core: the first
-/// `stat` of the file waits for all of it (its size).
-fn in_parts<T: Sync>(items: &[T], line: impl Fn(&T) -> Vec<u8> + Sync) -> Vec<u8> {
+/// Each item's line, in order, as `line` appends it to a part's buffer. A
+/// large root renders on every core: the first `stat` of the file waits for
+/// all of it (its size).
+fn in_parts<T: Sync>(items: &[T], line: impl Fn(&T, &mut Vec<u8>) + Sync) -> Vec<u8> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let part = items.len().div_ceil(cores).max(PART);
     let line = &line;
     let parts: Vec<Vec<u8>> = std::thread::scope(|scope| {
         let rendering: Vec<_> = items
             .chunks(part)
-            .map(|items| scope.spawn(move || items.iter().flat_map(line).collect::<Vec<u8>>()))
+            .map(|items| {
+                scope.spawn(move || {
+                    let mut part = Vec::new();
+                    for item in items {
+                        line(item, &mut part);
+                    }
+                    part
+                })
+            })
             .collect();
         rendering
             .into_iter()
@@ -55,10 +64,13 @@ mod tests {
 
     #[test]
     fn lines_rendered_in_parts_are_the_lines_rendered_in_turn() {
-        let line = |n: &usize| format!("{{\"n\":{n}}}\n").into_bytes();
+        let line = |n: &usize, out: &mut Vec<u8>| out.extend(format!("{{\"n\":{n}}}\n").bytes());
         for count in [0, 1, PART - 1, PART, PART + 1, 3 * PART + 17] {
             let items: Vec<usize> = (0..count).collect();
-            let in_turn: Vec<u8> = items.iter().flat_map(line).collect();
+            let mut in_turn = Vec::new();
+            for item in &items {
+                line(item, &mut in_turn);
+            }
             assert_eq!(in_parts(&items, line), in_turn, "{count} lines");
         }
     }

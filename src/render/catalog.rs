@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::json::compact_line;
+use crate::json::{compact_line, compact_line_into};
 
 /// What a listing knows of one session, as `sessions.jsonl` shows it; its
 /// fields are serialised in this order, by these names in camel case.
@@ -38,6 +38,11 @@ impl CatalogLine<'_> {
         // Serialised from the struct, not built as a map: a 100,000-session
         // root renders one line per session at its first `stat`.
         compact_line(self)
+    }
+
+    /// The line appended to `out`.
+    pub fn render_into(&self, out: &mut Vec<u8>) {
+        compact_line_into(self, out);
     }
 }
 
