@@ -71,15 +71,15 @@ pub struct StoredFile {
 }
 
 impl StoredFile {
-    /// The size and modification time of a file's metadata.
-    pub fn of(meta: &std::fs::Metadata) -> StoredFile {
-        let modified_ms = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_millis() as i64);
+    /// The size and modification time of a file's `stat`.
+    pub fn of(stat: &libc::stat) -> StoredFile {
+        // Before the epoch reads as the epoch.
+        let modified_ms = match stat.st_mtime {
+            s if s >= 0 => s * 1000 + stat.st_mtime_nsec / 1_000_000,
+            _ => 0,
+        };
         StoredFile {
-            size: meta.len(),
+            size: stat.st_size as u64,
             modified_ms,
         }
     }
@@ -202,16 +202,15 @@ pub struct FileStamp {
 }
 
 impl FileStamp {
-    /// The stamp of a file's metadata.
-    pub fn of(meta: &std::fs::Metadata) -> FileStamp {
-        use std::os::unix::fs::MetadataExt;
+    /// The stamp of a file's `stat`.
+    pub fn of(stat: &libc::stat) -> FileStamp {
         let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
         FileStamp {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.size(),
-            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
-            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+            size: stat.st_size as u64,
+            mtime_ns: ns(stat.st_mtime, stat.st_mtime_nsec),
+            ctime_ns: ns(stat.st_ctime, stat.st_ctime_nsec),
         }
     }
 }
