@@ -110,11 +110,12 @@ struct Headers {
 }
 
 /// One known header, kept as its JSON (about half the parsed header's
-/// memory: a store of 100,000 sessions holds 100,000 of these).
+/// memory: a store of 100,000 sessions holds 100,000 of these), shared so a
+/// listing takes it without copying it under the table's lock.
 #[derive(Debug)]
 struct Known {
     stamp: FileStamp,
-    header: Box<[u8]>,
+    header: Arc<[u8]>,
     /// Asked for or recorded by this mount.
     seen: bool,
 }
