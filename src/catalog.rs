@@ -3,13 +3,13 @@
 //! no log: everything comes from a listing ([`crate::store::Listing`]).
 
 use crate::render::catalog::CatalogLine;
-use crate::store::jsonl::ZSTD_NAME;
+use crate::store::jsonl::is_zstd;
 use crate::store::{Listing, SessionKey};
 
 /// The store kind a listing names: `jsonl`, `zstd` or `sqlite`.
 pub fn store_kind(key: &SessionKey) -> &'static str {
     match key {
-        SessionKey::File(path) if path.file_name().is_some_and(|n| n == ZSTD_NAME) => "zstd",
+        SessionKey::File(path) if is_zstd(path) => "zstd",
         SessionKey::File(_) => "jsonl",
         SessionKey::Row(_) => "sqlite",
     }

@@ -73,6 +73,7 @@ impl JsonlStore {
                     scope.spawn(|| {
                         let mut listed = Vec::new();
                         let mut relative = Vec::new();
+                        let mut project_dirs = ProjectDirs::default();
                         loop {
                             let at = next.fetch_add(1, Ordering::Relaxed);
                             let Some(session) = session_dirs.get(at) else {
@@ -89,10 +90,9 @@ impl JsonlStore {
                                     continue;
                                 };
                                 let path = log_path(&project.path, &session.segment, file);
-                                listed.push((
-                                    2 * at + k,
-                                    self.listing(&session.segment, &path, &stat),
-                                ));
+                                let listing =
+                                    self.listing(&session.segment, &path, &stat, &mut project_dirs);
+                                listed.push((2 * at + k, listing));
                                 found = true;
                             }
                             if !found {
@@ -147,10 +147,16 @@ impl JsonlStore {
     }
 
     /// One session's listing, from its header alone.
-    fn listing(&self, segment: &str, path: &Path, stat: &libc::stat) -> Listing {
+    fn listing(
+        &self,
+        segment: &str,
+        path: &Path,
+        stat: &libc::stat,
+        project_dirs: &mut ProjectDirs,
+    ) -> Listing {
         let header = self
             .listed_header(path, stat)
-            .and_then(|h| self.check_identity(path, &h).map(|_| h));
+            .and_then(|h| self.check_identity(path, &h, project_dirs).map(|_| h));
         let (id, raw_name) = match &header {
             Ok(h) => (h.id.clone(), None),
             Err(_) => match decode_segment(segment) {
@@ -169,8 +175,24 @@ impl JsonlStore {
     }
 
     /// The identity check of spec §10.9: the header's id and cwd must name this path.
-    fn check_identity(&self, path: &Path, header: &SessionHeader) -> Result<(), String> {
+    fn check_identity(
+        &self,
+        path: &Path,
+        header: &SessionHeader,
+        project_dirs: &mut ProjectDirs,
+    ) -> Result<(), String> {
         let file = if is_zstd(path) { ZSTD_NAME } else { RAW_NAME };
+        // The common case, checked in place: an id that is its own segment,
+        // at the path its cwd names.
+        if is_plain_id(&header.id)
+            && is_joined(
+                path,
+                &self.root,
+                [project_dirs.of(header.cwd.as_deref()), &header.id, file],
+            )
+        {
+            return Ok(());
+        }
         let segment = encode_segment(&header.id).ok_or("the header's session id is empty")?;
         let expected = self
             .root
@@ -257,6 +279,57 @@ fn log_path(project: &Path, segment: &str, file: &str) -> PathBuf {
     path.push("/");
     path.push(file);
     path.into()
+}
+
+/// The project directory of the cwd last asked for: a listing meets the
+/// sessions of one project in a row, so it encodes each cwd about once.
+#[derive(Default)]
+struct ProjectDirs {
+    last: Option<(Option<String>, String)>,
+}
+
+impl ProjectDirs {
+    fn of(&mut self, cwd: Option<&str>) -> &str {
+        if self
+            .last
+            .as_ref()
+            .is_none_or(|(last, _)| last.as_deref() != cwd)
+        {
+            self.last = Some((cwd.map(str::to_string), project_dir(cwd)));
+        }
+        self.last.as_ref().map_or("", |(_, dir)| dir)
+    }
+}
+
+/// Whether `id` is its own path segment (see `encode_segment`): not empty,
+/// not `.` or `..`, only `[A-Za-z0-9._-]`.
+fn is_plain_id(id: &str) -> bool {
+    !matches!(id, "" | "." | "..")
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Whether `path` is `root.join(names[0]).join(names[1])...`, compared in place.
+fn is_joined(path: &Path, root: &Path, names: [&str; 3]) -> bool {
+    let root = root.as_os_str().as_encoded_bytes();
+    let Some(mut rest) = path.as_os_str().as_encoded_bytes().strip_prefix(root) else {
+        return false;
+    };
+    for (k, name) in names.into_iter().enumerate() {
+        // `join` adds a separator, except after a root that ends with one.
+        if k > 0 || !root.ends_with(b"/") {
+            let Some(after) = rest.strip_prefix(b"/") else {
+                return false;
+            };
+            rest = after;
+        }
+        let Some(after) = rest.strip_prefix(name.as_bytes()) else {
+            return false;
+        };
+        rest = after;
+    }
+    rest.is_empty()
 }
 
 /// A session directory to list: its name and the index of its project.
@@ -433,7 +506,7 @@ impl Catalog for JsonlStore {
                 let path = dir.join(file);
                 let mut name = path.as_os_str().as_encoded_bytes().to_vec();
                 if let Some(stat) = stat_file(libc::AT_FDCWD, &mut name) {
-                    found.push(self.listing(&segment, &path, &stat));
+                    found.push(self.listing(&segment, &path, &stat, &mut ProjectDirs::default()));
                 }
             }
         }
@@ -637,6 +710,45 @@ mod tests {
             vec![p3.join("empty"), p3.join("linked")]
         );
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_identity_fast_path_agrees_with_building_the_expected_path() {
+        for id in [
+            "abc", "a.b_c-9", ".", "..", "", "~x", "a b", "é", ".hidden", "a/b",
+        ] {
+            assert_eq!(
+                is_plain_id(id),
+                encode_segment(id).as_deref() == Some(id),
+                "{id:?}"
+            );
+        }
+        let names = ["--p--", "id", RAW_NAME];
+        for root in ["/", "/s", "/s/", "rel", "/s//t"] {
+            let joined = Path::new(root).join(names[0]).join(names[1]).join(names[2]);
+            let others = [
+                joined.clone(),
+                Path::new(root).join("--q--").join("id").join(RAW_NAME),
+                Path::new(root).join(names[0]).join("id").join(ZSTD_NAME),
+                Path::new(root)
+                    .join(names[0])
+                    .join("i")
+                    .join("d")
+                    .join(RAW_NAME),
+                PathBuf::from(format!("{}/x", joined.display())),
+                PathBuf::from(format!("{root}{}/id/{RAW_NAME}", names[0])),
+                PathBuf::from(format!("{root}//{}/id/{RAW_NAME}", names[0])),
+            ];
+            for path in others {
+                let expected = Path::new(root).join(names[0]).join(names[1]).join(names[2]);
+                assert_eq!(
+                    is_joined(&path, Path::new(root), names),
+                    expected.as_os_str() == path.as_os_str(),
+                    "{root} {}",
+                    path.display()
+                );
+            }
+        }
     }
 
     #[test]

@@ -59,8 +59,15 @@ pub struct JsonlStore {
     names_in_revision: bool,
 }
 
-fn is_zstd(path: &Path) -> bool {
-    path.file_name().is_some_and(|n| n == ZSTD_NAME)
+/// Whether the log at `path` is zstd-compressed (its file name is
+/// [`ZSTD_NAME`]). A byte comparison of the path's end: a listing and every
+/// `sessions.jsonl` line ask it, and parsing components cost more.
+pub fn is_zstd(path: &Path) -> bool {
+    let path = path.as_os_str().as_encoded_bytes();
+    match path.strip_suffix(ZSTD_NAME.as_bytes()) {
+        Some(rest) => rest.is_empty() || rest.ends_with(b"/"),
+        None => false,
+    }
 }
 
 fn corrupt(path: &Path, why: impl std::fmt::Display) -> Refusal {
@@ -233,5 +240,28 @@ impl Source for JsonlStore {
                 ),
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn is_zstd_is_the_file_name_test() {
+        for path in [
+            "session.jsonl.zstd",
+            "/s/p/id/session.jsonl.zstd",
+            "/s/p/id/session.jsonl",
+            "/s/p/id/xsession.jsonl.zstd",
+            "/s/p/session.jsonl.zstd/id/session.jsonl",
+            "relative/session.jsonl.zstd",
+            "/",
+            "",
+        ] {
+            let path = Path::new(path);
+            let by_name = path.file_name().is_some_and(|n| n == ZSTD_NAME);
+            assert_eq!(is_zstd(path), by_name, "{}", path.display());
+        }
     }
 }
