@@ -103,6 +103,8 @@ struct Headers {
     /// digest is another file, whose stamp (device and inode) differs.
     table: HashMap<u64, Known>,
     loaded: bool,
+    /// The order the next header asked for or recorded is seen in.
+    next_seen: u64,
     /// A header was recorded since the table was read.
     changed: bool,
     /// A listing of the whole store ended: unseen entries are of logs gone.
@@ -110,14 +112,33 @@ struct Headers {
 }
 
 /// One known header, kept as its JSON (about half the parsed header's
-/// memory: a store of 100,000 sessions holds 100,000 of these), shared so a
-/// listing takes it without copying it under the table's lock.
+/// memory: a store of 100,000 sessions holds 100,000 of these).
 #[derive(Debug)]
 struct Known {
     stamp: FileStamp,
-    header: Arc<[u8]>,
-    /// Asked for or recorded by this mount.
-    seen: bool,
+    header: HeaderJson,
+    /// When this mount first asked for it or recorded it (`None`: not yet).
+    /// The table is saved in this order, so the next mount's listing reads
+    /// the loaded headers front to back, not at random.
+    seen: Option<u64>,
+}
+
+/// A known header's JSON: a range of a shared buffer, the saved table's
+/// (every loaded header in one allocation) or its own (recorded by this
+/// mount). A listing takes it from under the table's lock without copying
+/// it.
+#[derive(Debug, Clone)]
+struct HeaderJson {
+    buffer: Arc<Vec<u8>>,
+    range: std::ops::Range<usize>,
+}
+
+impl std::ops::Deref for HeaderJson {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.buffer[self.range.clone()]
+    }
 }
 
 #[derive(Debug)]
@@ -264,14 +285,16 @@ impl PersistentIndex {
     pub fn save_headers(&self) {
         let bytes = {
             let headers = lock(&self.shared.headers);
-            let pruned = headers.listed_all && headers.table.values().any(|k| !k.seen);
+            let pruned = headers.listed_all && headers.table.values().any(|k| k.seen.is_none());
             if !headers.changed && !pruned {
                 return;
             }
-            let kept = headers
+            let mut kept: Vec<_> = headers
                 .table
                 .iter()
-                .filter(|(_, known)| known.seen || !headers.listed_all);
+                .filter(|(_, known)| known.seen.is_some() || !headers.listed_all)
+                .collect();
+            kept.sort_unstable_by_key(|(_, known)| known.seen.unwrap_or(u64::MAX));
             let mut out = Vec::new();
             for (path, known) in kept {
                 let stamp = &known.stamp;
@@ -368,11 +391,18 @@ impl PersistentIndex {
     }
 }
 
-/// The table of known headers as [`PersistentIndex::save_headers`] wrote it.
-fn read_headers(mut bytes: &[u8]) -> Option<HashMap<u64, Known>> {
-    let mut table = HashMap::new();
+/// Fixed bytes before each saved header: the path digest, the stamp and
+/// the header's length.
+const SAVED_HEADER_FIXED: usize = 4 * 8 + 2 * 16 + 4;
+
+/// The table of known headers as [`PersistentIndex::save_headers`] wrote it,
+/// from `buffer[start..]`; the headers stay in `buffer`.
+fn read_headers(buffer: Arc<Vec<u8>>, start: usize) -> Option<HashMap<u64, Known>> {
+    let mut bytes = buffer.get(start..)?;
+    // Sized for headers of about 100 bytes: few regrowths for any store.
+    let mut table = HashMap::with_capacity(bytes.len() / (SAVED_HEADER_FIXED + 100));
     while !bytes.is_empty() {
-        let (fixed, rest) = bytes.split_at_checked(4 * 8 + 2 * 16 + 4)?;
+        let (fixed, rest) = bytes.split_at_checked(SAVED_HEADER_FIXED)?;
         bytes = rest;
         let word = |at: usize| u64::from_le_bytes(fixed[at..at + 8].try_into().unwrap_or_default());
         let time =
@@ -385,15 +415,18 @@ fn read_headers(mut bytes: &[u8]) -> Option<HashMap<u64, Known>> {
             mtime_ns: time(32),
             ctime_ns: time(48),
         };
-        let (header, rest) = bytes.split_at_checked(len)?;
-        bytes = rest;
-        let header = header.into();
+        let at = buffer.len() - bytes.len();
+        bytes = bytes.get(len..)?;
+        let header = HeaderJson {
+            buffer: buffer.clone(),
+            range: at..at + len,
+        };
         table.insert(
             word(0),
             Known {
                 stamp,
                 header,
-                seen: false,
+                seen: None,
             },
         );
     }
@@ -421,9 +454,14 @@ impl KnownHeaders for PersistentIndex {
         // Parsed after the table is let go: every listing thread asks it.
         let json = {
             let mut headers = self.shared.headers();
+            let order = headers.next_seen;
             let known = headers.table.get_mut(&digest)?;
-            known.seen = true;
-            (known.stamp == *stamp).then(|| known.header.clone())?
+            if known.seen.is_none() {
+                known.seen = Some(order);
+            }
+            let json = (known.stamp == *stamp).then(|| known.header.clone());
+            headers.next_seen += 1;
+            json?
         };
         let header = serde_json::from_slice(&json).ok()?;
         self.headers_known.fetch_add(1, Ordering::Relaxed);
@@ -434,12 +472,17 @@ impl KnownHeaders for PersistentIndex {
         let Ok(header) = serde_json::to_vec(header) else {
             return;
         };
-        let known = Known {
-            stamp,
-            header: header.into(),
-            seen: true,
+        let header = HeaderJson {
+            range: 0..header.len(),
+            buffer: Arc::new(header),
         };
         let mut headers = self.shared.headers();
+        let known = Known {
+            stamp,
+            header,
+            seen: Some(headers.next_seen),
+        };
+        headers.next_seen += 1;
         headers.changed = true;
         headers.table.insert(path_digest(path), known);
     }
@@ -496,8 +539,8 @@ impl Shared {
         if !headers.loaded {
             headers.loaded = true;
             let path = self.file_for(HEADERS_KEY);
-            match self.read(&path, HEADERS_KEY) {
-                Ok((bytes, _)) => match read_headers(&bytes) {
+            match self.read_payload(&path, HEADERS_KEY) {
+                Ok((bytes, start, _)) => match read_headers(Arc::new(bytes), start) {
                     Some(table) => headers.table = table,
                     None => log::info!("index file {} not used: damaged", path.display()),
                 },
@@ -539,6 +582,15 @@ impl Shared {
 
     /// The payload kept for `key` at `path`, touched as recently used.
     fn read(&self, path: &Path, key: &str) -> Result<(Vec<u8>, Settled), Miss> {
+        let (mut plain, payload_at, settled) = self.read_payload(path, key)?;
+        // The payload moved to the front of the buffer, not copied out of it.
+        plain.drain(..payload_at);
+        Ok((plain, settled))
+    }
+
+    /// What [`Shared::read`] reads, with the payload left where it is: the
+    /// file's plaintext and where the payload starts in it.
+    fn read_payload(&self, path: &Path, key: &str) -> Result<(Vec<u8>, usize, Settled), Miss> {
         let unusable = |why: String| Miss::Unusable(why);
         // Opened for writing too where it may be, to mark it used.
         let mut file = OpenOptions::new()
@@ -556,14 +608,12 @@ impl Shared {
         file.seek(SeekFrom::Start(MAGIC.len() as u64))
             .and_then(|_| file.read_to_end(&mut compressed))
             .map_err(|e| unusable(e.to_string()))?;
-        let mut plain = zstd::bulk::decompress(&compressed, size as usize)
+        let plain = zstd::bulk::decompress(&compressed, size as usize)
             .map_err(|e| unusable(format!("damaged: {e}")))?;
         let (envelope, payload_at) =
             read_envelope(&mut &plain[..]).ok_or_else(|| unusable("damaged".into()))?;
         self.check_envelope(&envelope, key).map_err(unusable)?;
-        // The payload moved to the front of the buffer, not copied out of it.
-        plain.drain(..payload_at);
-        Ok((plain, Settled(envelope.settled)))
+        Ok((plain, payload_at, Settled(envelope.settled)))
     }
 
     fn check_envelope(&self, envelope: &Envelope, key: &str) -> Result<(), String> {
@@ -923,6 +973,59 @@ mod tests {
         shared.done(QUEUED_BYTES / 2);
         shared.done(QUEUED_BYTES / 2);
         index.wait_idle();
+        drop(index);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn known_headers_are_saved_in_the_order_this_mount_saw_them_and_read_back() {
+        let base = std::env::temp_dir().join(format!("sessionfs-seen-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let store = Path::new("/nonexistent-store");
+        let stamp = |n: u64| FileStamp {
+            dev: 1,
+            ino: n,
+            size: 10 * n,
+            mtime_ns: i128::from(n),
+            ctime_ns: i128::from(n),
+        };
+        let path = |n: u64| PathBuf::from(format!("/s/p/{n}/session.jsonl"));
+        let header = |n: u64| SessionHeader::new(&format!("id-{n}"), n as i64);
+        let index = PersistentIndex::open(&base, store, 1 << 30).unwrap();
+        for n in [3, 1, 4, 0, 2] {
+            index.record(&path(n), stamp(n), &header(n));
+        }
+        index.save_headers();
+        drop(index);
+        // Read in another order, so the next save follows that one.
+        let index = PersistentIndex::open(&base, store, 1 << 30).unwrap();
+        let saved_order = |index: &PersistentIndex| {
+            let file = index.shared.file_for(HEADERS_KEY);
+            let (payload, _) = index.shared.read(&file, HEADERS_KEY).unwrap();
+            let mut digests = Vec::new();
+            let mut rest = &payload[..];
+            while !rest.is_empty() {
+                digests.push(u64::from_le_bytes(rest[..8].try_into().unwrap()));
+                let len = u32::from_le_bytes(rest[64..68].try_into().unwrap()) as usize;
+                rest = &rest[SAVED_HEADER_FIXED + len..];
+            }
+            digests
+        };
+        let digests =
+            |order: &[u64]| -> Vec<u64> { order.iter().map(|&n| path_digest(&path(n))).collect() };
+        assert_eq!(saved_order(&index), digests(&[3, 1, 4, 0, 2]));
+        for n in [0, 1, 2, 3] {
+            assert_eq!(index.header(&path(n), &stamp(n)), Some(header(n)));
+        }
+        assert_eq!(index.header(&path(4), &stamp(5)), None, "another stamp");
+        // Read from its log again, as a listing does: the table changed, and
+        // is saved again.
+        index.record(&path(4), stamp(5), &header(4));
+        index.listed_all();
+        index.save_headers();
+        drop(index);
+        let index = PersistentIndex::open(&base, store, 1 << 30).unwrap();
+        assert_eq!(saved_order(&index), digests(&[0, 1, 2, 3, 4]));
         drop(index);
         std::fs::remove_dir_all(&base).unwrap();
     }
