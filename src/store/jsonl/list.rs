@@ -216,7 +216,7 @@ impl JsonlStore {
 
 /// A project directory being listed, held open: each session's log is found
 /// by a `stat` relative to it, which walks two path components instead of
-/// the whole path from `/` (a third of a listing's time, measured on tmpfs).
+/// the whole path from `/` (walking it was a fifth of a listing's CPU on tmpfs).
 struct Project {
     path: PathBuf,
     /// `O_PATH`: it only anchors lookups. `None` when it could not be opened,
