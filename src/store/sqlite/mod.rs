@@ -235,6 +235,7 @@ impl SqliteStore {
         while !rest.is_empty() {
             pacer.gap();
             while !rest.is_empty() && pacer.in_window() {
+                let began = Instant::now();
                 let transaction = self.write_transaction(writer)?;
                 let (started, budget) = (Instant::now(), pacer.row_budget());
                 let mut done = 0;
@@ -244,6 +245,7 @@ impl SqliteStore {
                     done += 1;
                 }
                 transaction.commit().map_err(failed)?;
+                pacer.held(began.elapsed());
                 rest = &rest[done..];
             }
         }

@@ -63,6 +63,11 @@ const QUIET: Duration = Duration::from_millis(50);
 const WINDOW: Duration = Duration::from_millis(4);
 /// How long one transaction inserts rows before it commits.
 const ROW_BUDGET: Duration = Duration::from_millis(1);
+/// How many of our latest transactions' holds of the write lock are kept.
+const HOLDS: usize = 16;
+/// The longest a transaction of ours is expected to hold the write lock:
+/// longer ones are stalls, and expecting them would leave no gap at all.
+const MAX_HOLD: Duration = Duration::from_millis(8);
 /// How long sessionfs writes, in transactions one after the other, with no
 /// other connection open.
 const ALONE_WINDOW: Duration = Duration::from_millis(50);
@@ -129,6 +134,8 @@ pub(super) struct Cadence {
     /// Since when the writer is watched without a break: a spell due
     /// before then was not seen, not missed.
     watched_from: Option<Instant>,
+    /// How long our latest transactions held the write lock, oldest first.
+    holds: VecDeque<Duration>,
 }
 
 impl Cadence {
@@ -199,13 +206,35 @@ impl Cadence {
         self.watched_from = Some(now);
     }
 
+    /// A transaction of ours held the write lock for `held`.
+    fn held(&mut self, held: Duration) {
+        if self.holds.len() == HOLDS {
+            self.holds.pop_front();
+        }
+        self.holds.push_back(held);
+    }
+
+    /// How long a transaction of ours is expected to hold the write lock:
+    /// the second longest of the latest (one stall is not the machine's
+    /// pace), at least `ROW_BUDGET`, at most `MAX_HOLD`. Its commit comes on
+    /// top of its rows, and on a slow machine (writer_safety on a VM whose
+    /// fresh pages cost more: every fork slower, and short holds of ours met
+    /// Harness commits) it takes milliseconds.
+    fn expected_hold(&self) -> Duration {
+        let mut holds: Vec<Duration> = self.holds.iter().copied().collect();
+        holds.sort_unstable();
+        let typical = holds.iter().rev().nth(1).copied().unwrap_or(ROW_BUDGET);
+        typical.clamp(ROW_BUDGET, MAX_HOLD)
+    }
+
     /// Whether a transaction started now ends `GUARD` before the next spell.
     /// A spell overdue by more than `SETTLE` while watched did not come: its
     /// start is dropped, and the next projection is asked.
     fn has_room(&mut self, now: Instant) -> bool {
         self.forget_old(now);
+        let hold = self.expected_hold();
         while let Some((start, due)) = self.due() {
-            if now + ROW_BUDGET + GUARD <= due {
+            if now + hold + GUARD <= due {
                 return true;
             }
             if now <= due + SETTLE {
@@ -404,6 +433,15 @@ impl<'a> Pacer<'a> {
         }
         let limit = if self.alone { ALONE_WINDOW } else { WINDOW };
         self.window.elapsed() < limit
+    }
+
+    /// A transaction of ours held the write lock for `held` (its `BEGIN
+    /// IMMEDIATE` to its commit): the gaps that follow leave room for as long.
+    /// Alone, its rows had a longer budget: it says nothing of a gap's.
+    pub(super) fn held(&self, held: Duration) {
+        if !self.alone {
+            lock(self.cadence).held(held);
+        }
     }
 
     /// How long the next transaction may insert rows. Alone, no longer than
@@ -658,6 +696,30 @@ mod tests {
         assert!(cadence.has_room(at(134)));
         assert!(!cadence.has_room(at(145)), "the spell due at 150 is near");
         assert!(cadence.has_room(at(160)));
+    }
+
+    #[test]
+    fn gaps_leave_room_for_transactions_as_long_as_ours_were() {
+        // Spells every 25 ms; 9 ms before the next is due there is room for
+        // a transaction of ROW_BUDGET, not for one that holds the lock 5 ms.
+        let (mut cadence, at) = watched(&[0, 25, 50, 75], 0);
+        assert!(cadence.has_room(at(91)));
+        // One stall is not the pace.
+        cadence.held(Duration::from_millis(40));
+        assert!(cadence.has_room(at(91)));
+        for _ in 0..HOLDS {
+            cadence.held(Duration::from_millis(5));
+        }
+        assert!(
+            !cadence.has_room(at(91)),
+            "a 5 ms hold would meet the spell"
+        );
+        assert!(cadence.has_room(at(89)));
+        // Stalls alone are expected no longer than MAX_HOLD.
+        for _ in 0..HOLDS {
+            cadence.held(Duration::from_millis(40));
+        }
+        assert_eq!(cadence.expected_hold(), MAX_HOLD);
     }
 
     #[test]
