@@ -362,7 +362,7 @@ impl SessionView {
         let saved = self.saved.as_ref()?;
         let revision = self.revision.as_ref()?;
         let key = &self.source.key;
-        let loaded = match saved::load(&saved.load(key)?, &self.id, header) {
+        let loaded = match saved::load(saved.load(key)?, &self.id, header) {
             Ok(Saved::Scan(loaded)) => loaded,
             // A refusal holds only for the very bytes it was made of.
             Ok(Saved::Refused {

@@ -168,15 +168,29 @@ pub(super) struct Loaded {
 
 /// Reads back what [`save`] or [`save_refusal`] saved of session `id`, when
 /// the bytes are whole, of this layout, and of that session with that header.
-pub(super) fn load(bytes: &[u8], id: &str, header: &SessionHeader) -> Result<Saved, String> {
-    let mut input = Reader { bytes, at: 0 };
+pub(super) fn load(bytes: Vec<u8>, id: &str, header: &SessionHeader) -> Result<Saved, String> {
+    let mut input = Reader {
+        bytes: &bytes,
+        at: 0,
+    };
     let layout = input.take(4)?;
     if layout != LAYOUT.to_le_bytes() {
         return Err("saved by another version of sessionfs".into());
     }
-    match input.take(1)? {
-        [SCAN] => load_scan(input, id, header).map(Saved::Scan),
-        [REFUSAL] => {
+    match input.take(1)?[0] {
+        SCAN => {
+            let (mut loaded, writer, transcript) = load_scan(input, id, header)?;
+            // The transcript is the saved bytes themselves, cut down to it:
+            // copying it would take as many fresh pages again (8 MiB for a
+            // session of 1.3 M events, on a remount's first read).
+            let mut bytes = bytes;
+            bytes.truncate(transcript.end);
+            bytes.drain(..transcript.start);
+            bytes.shrink_to_fit();
+            loaded.indexed.transcript = writer.with_output(Bytes::from(bytes));
+            Ok(Saved::Scan(loaded))
+        }
+        REFUSAL => {
             let saved: SavedRefusal =
                 serde_json::from_slice(&bytes[input.at..]).map_err(|e| format!("refusal: {e}"))?;
             if saved.id != id || saved.header != *header {
@@ -195,7 +209,13 @@ pub(super) fn load(bytes: &[u8], id: &str, header: &SessionHeader) -> Result<Sav
     }
 }
 
-fn load_scan(mut input: Reader, id: &str, header: &SessionHeader) -> Result<Loaded, String> {
+/// The scan saved in `input`, but for its transcript: the writer that made
+/// it, and where its bytes are in `input`.
+fn load_scan(
+    mut input: Reader,
+    id: &str,
+    header: &SessionHeader,
+) -> Result<(Loaded, TranscriptWriter, std::ops::Range<usize>), String> {
     let bytes = input.bytes;
     let facts_len = input.varint()?;
     let facts: Facts =
@@ -204,7 +224,9 @@ fn load_scan(mut input: Reader, id: &str, header: &SessionHeader) -> Result<Load
         return Err("saved for another session or header".into());
     }
     let transcript_len = input.varint()?;
-    let transcript = Bytes::from(input.take(transcript_len)?.to_vec());
+    let transcript_at = input.at;
+    input.take(transcript_len)?;
+    let transcript = transcript_at..input.at;
     let events = take_events(&mut input, facts.types.len())?;
     if input.at != bytes.len() {
         return Err("bytes after the end".into());
@@ -227,12 +249,12 @@ fn load_scan(mut input: Reader, id: &str, header: &SessionHeader) -> Result<Load
     indexed.types = facts.types;
     indexed.type_parts = type_parts;
     indexed.steps = facts.steps;
-    indexed.transcript = facts.transcript.with_output(transcript);
-    Ok(Loaded {
+    let loaded = Loaded {
         indexed,
         revision: Revision(facts.revision),
         digest: facts.digest,
-    })
+    };
+    Ok((loaded, facts.transcript, transcript))
 }
 
 /// Each field of every event in its own column, as deltas where they grow
