@@ -27,6 +27,12 @@ pub fn encode_segment(id: &str) -> Option<String> {
     }
 }
 
+/// Whether `id` is its own segment: [`encode_segment`] keeps it as it is (not
+/// empty, not `.` or `..`, only `[A-Za-z0-9._-]`). Asked without encoding.
+pub fn is_own_segment(id: &str) -> bool {
+    !matches!(id, "" | "." | "..") && id.bytes().all(|b| is_plain(u16::from(b)))
+}
+
 /// Reverses [`encode_segment`]; `None` when the name is not a valid encoding.
 pub fn decode_segment(segment: &str) -> Option<String> {
     match segment {

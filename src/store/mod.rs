@@ -73,9 +73,12 @@ pub struct StoredFile {
 impl StoredFile {
     /// The size and modification time of a file's `stat`.
     pub fn of(stat: &libc::stat) -> StoredFile {
-        // Before the epoch reads as the epoch.
+        // Before the epoch reads as the epoch; a time past i64 ms (set on
+        // purpose) as the last one.
         let modified_ms = match stat.st_mtime {
-            s if s >= 0 => s * 1000 + stat.st_mtime_nsec / 1_000_000,
+            s if s >= 0 => s
+                .saturating_mul(1000)
+                .saturating_add(stat.st_mtime_nsec / 1_000_000),
             _ => 0,
         };
         StoredFile {

@@ -17,7 +17,7 @@ use super::zstd::read_zstd_header;
 use super::{JsonlStore, MAX_HEADER_BYTES, RAW_NAME, ZSTD_NAME, is_zstd};
 use crate::model::Refusal;
 use crate::model::header::SessionHeader;
-use crate::model::ids::{decode_segment, encode_segment, project_dir};
+use crate::model::ids::{decode_segment, encode_segment, is_own_segment, project_dir};
 use crate::store::lines::newline;
 use crate::store::{Catalog, FileStamp, KnownHeaders, Listing, SessionKey, StoredFile, Watched};
 use crate::sync::lock;
@@ -184,7 +184,7 @@ impl JsonlStore {
         let file = if is_zstd(path) { ZSTD_NAME } else { RAW_NAME };
         // The common case, checked in place: an id that is its own segment,
         // at the path its cwd names.
-        if is_plain_id(&header.id)
+        if is_own_segment(&header.id)
             && is_joined(
                 path,
                 &self.root,
@@ -299,15 +299,6 @@ impl ProjectDirs {
         }
         self.last.as_ref().map_or("", |(_, dir)| dir)
     }
-}
-
-/// Whether `id` is its own path segment (see `encode_segment`): not empty,
-/// not `.` or `..`, only `[A-Za-z0-9._-]`.
-fn is_plain_id(id: &str) -> bool {
-    !matches!(id, "" | "." | "..")
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Whether `path` is `root.join(names[0]).join(names[1])...`, compared in place.
@@ -718,7 +709,7 @@ mod tests {
             "abc", "a.b_c-9", ".", "..", "", "~x", "a b", "é", ".hidden", "a/b",
         ] {
             assert_eq!(
-                is_plain_id(id),
+                is_own_segment(id),
                 encode_segment(id).as_deref() == Some(id),
                 "{id:?}"
             );
