@@ -142,6 +142,9 @@ impl HarnessWriter {
         let (mut attempted, mut failures) = (0, Vec::new());
         let start = Instant::now();
         let mut tick = 0u64;
+        // A refused commit says how late it began and how long the one
+        // before it took (a flush's commit follows its batch's at once).
+        let mut previous_took = Duration::ZERO;
         while !done(attempted) {
             let batches = if tick % FLUSH_EVERY == FLUSH_EVERY - 1 {
                 2
@@ -150,9 +153,15 @@ impl HarnessWriter {
             };
             for _ in 0..batches {
                 attempted += 1;
+                let began = Instant::now();
+                let late = began.saturating_duration_since(start + TICK * tick as u32);
                 if let Err(e) = self.commit() {
-                    failures.push(format!("commit {attempted} at {:?}: {e}", start.elapsed()));
+                    failures.push(format!(
+                        "commit {attempted} at {:?}, {late:?} after its tick, the one before took {previous_took:?}: {e}",
+                        start.elapsed()
+                    ));
                 }
+                previous_took = began.elapsed();
             }
             tick += 1;
             thread::sleep((start + TICK * tick as u32).saturating_duration_since(Instant::now()));

@@ -353,6 +353,8 @@ impl<'a> Pacer<'a> {
         let mut waiting = started;
         let mut seen = self.probe.wal_index_header();
         let mut last_commit: Option<Instant> = None;
+        // Whoever asked for a gap may have just met the writer writing.
+        let mut last_active = started;
         loop {
             thread::sleep(POLL);
             let now = Instant::now();
@@ -364,14 +366,18 @@ impl<'a> Pacer<'a> {
             }
             if writing || committed {
                 lock(self.cadence).saw_writing(now);
+                last_active = now;
             }
             let waited = now - started;
             if waited >= PATIENCE + QUIET {
-                // A writer that never settles (commits closer than SETTLE
-                // apart) holds the flush back no longer than this either; the
-                // gap still avoids its write lock and, while it keeps a
-                // rhythm, its next spell, for at most GIVE_UP.
-                let clear = !writing && !committed && lock(self.cadence).has_room(now);
+                // A writer whose spells leave no gap with room (slow commits
+                // on a slow disk) or that never settles (commits closer than
+                // SETTLE apart) holds the flush back no longer than this
+                // either. The gap still comes LATE after its last activity,
+                // not at once (writer_safety, commits of 12 ms: the flush's
+                // commit right after its batch's was refused), and, while it
+                // keeps a rhythm, before its next spell; for at most GIVE_UP.
+                let clear = now - last_active >= LATE && lock(self.cadence).has_room(now);
                 if clear || waited >= GIVE_UP {
                     return false;
                 }
@@ -435,6 +441,19 @@ impl<'a> Pacer<'a> {
         self.window.elapsed() < limit
     }
 
+    /// Our `BEGIN IMMEDIATE` found another connection's write lock held: it
+    /// is writing, in a spell not seen coming. Waits for the gap after it,
+    /// whose first transaction is the one refused; even when the probe says
+    /// no other connection is open, as the lock says otherwise.
+    pub(super) fn refused(&mut self) {
+        lock(self.cadence).saw_writing(Instant::now());
+        settle_heap();
+        self.alone = false;
+        self.heed_others = self.wait_for_gap();
+        self.window = Instant::now();
+        self.opened = false;
+    }
+
     /// A transaction of ours held the write lock for `held` (its `BEGIN
     /// IMMEDIATE` to its commit): the gaps that follow leave room for as long.
     /// Alone, its rows had a longer budget: it says nothing of a gap's.
@@ -482,6 +501,8 @@ mod tests {
         every: Option<Duration>,
         periods: Vec<Vec<Write>>,
         in_transaction: bool,
+        /// What the locks say of the writer's connection.
+        presence: WriterPresence,
     }
 
     impl Scripted {
@@ -491,6 +512,7 @@ mod tests {
                 every,
                 periods: vec![vec![write(0, 0)]],
                 in_transaction,
+                presence: WriterPresence::Connected,
             }
         }
 
@@ -558,7 +580,7 @@ mod tests {
 
     impl Probe for Scripted {
         fn writer(&self) -> WriterPresence {
-            WriterPresence::Connected
+            self.presence
         }
         fn wal_index_header(&self) -> Option<[u8; 48]> {
             let mut header = [0; 48];
@@ -626,6 +648,30 @@ mod tests {
         assert!(
             waited < PATIENCE + QUIET + Duration::from_secs(1),
             "{waited:?}"
+        );
+    }
+
+    #[test]
+    fn spells_that_leave_no_room_still_give_a_gap_clear_of_their_commits() {
+        // Spells of 12 ms every 25 ms: after SETTLE, no gap has room before
+        // the next spell; past PATIENCE + QUIET the gap is taken anyway, but
+        // not right after a commit, where a flush's commit may follow.
+        let probe =
+            Scripted::new(Some(Duration::from_millis(25)), false).with_periods(&[&[write(0, 12)]]);
+        let cadence = Mutex::default();
+        let mut past_patience = 0;
+        for _ in 0..4 {
+            let started = Instant::now();
+            Pacer::new(&probe, &cadence).gap();
+            let waited = started.elapsed();
+            assert!(waited < GIVE_UP, "{waited:?}");
+            past_patience += usize::from(waited >= PATIENCE + QUIET);
+            let since = probe.since_commit();
+            assert!(since >= LATE, "written {since:?} after a commit");
+        }
+        assert!(
+            past_patience >= 2,
+            "gaps had room once the rhythm was known"
         );
     }
 
@@ -720,6 +766,28 @@ mod tests {
             cadence.held(Duration::from_millis(40));
         }
         assert_eq!(cadence.expected_hold(), MAX_HOLD);
+    }
+
+    #[test]
+    fn a_refused_begin_waits_for_the_gap_after_the_writers_commit() {
+        // A writer holding the lock 5 ms at each 25 ms tick, which the
+        // probe misses (it says no connection is open): a BEGIN refused in
+        // its spell is retried SETTLE after its commit, not as soon as the
+        // lock is free (a flush's commit may follow the batch's then).
+        let mut probe =
+            Scripted::new(Some(Duration::from_millis(25)), false).with_periods(&[&[write(0, 5)]]);
+        probe.presence = WriterPresence::Gone;
+        let cadence = Mutex::default();
+        let mut pacer = Pacer::new(&probe, &cadence);
+        for _ in 0..3 {
+            while !probe.others_writing() {
+                thread::sleep(POLL);
+            }
+            pacer.refused();
+            assert!(!probe.others_writing(), "retried in the writer's spell");
+            let since = probe.since_commit();
+            assert!(since >= SETTLE, "retried {since:?} after its commit");
+        }
     }
 
     #[test]
