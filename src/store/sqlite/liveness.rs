@@ -32,6 +32,8 @@ const DB_LOCKS: (i64, i64) = (0x4000_0000, 2 + 510);
 const WAL_INDEX_LOCKS: (i64, i64) = (120, 8);
 /// The WAL write lock, the first of them.
 const WAL_WRITE_LOCK: (i64, i64) = (120, 1);
+/// The checkpointer's lock, the second.
+const WAL_CKPT_LOCK: (i64, i64) = (121, 1);
 /// The WAL-index's eight locks and its dead-man switch.
 const SHM_LOCKS: (i64, i64) = (120, 9);
 
@@ -134,6 +136,11 @@ impl WriterProbe {
     /// True when another process holds the WAL write lock.
     pub(super) fn others_writing(&self) -> bool {
         self.shm_locked(WAL_WRITE_LOCK)
+    }
+
+    /// True when another process is checkpointing (holds the checkpointer's lock).
+    pub(super) fn others_checkpointing(&self) -> bool {
+        self.shm_locked(WAL_CKPT_LOCK)
     }
 
     fn shm_locked(&self, range: (i64, i64)) -> bool {

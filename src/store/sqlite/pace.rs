@@ -5,7 +5,8 @@
 //! therefore written in short transactions placed in the gaps between the
 //! other writer's commits: each gap starts once a commit of another
 //! connection is seen in the WAL-index header (`-shm`) and the header has
-//! then stayed still for `SETTLE` (and not later than `LATE` after that), or
+//! then stayed still, and no checkpoint of another connection run, for
+//! `SETTLE` (and not later than `LATE` after that), or
 //! once nothing was committed for `QUIET`;
 //! sessionfs then writes for at most `WINDOW`, each transaction inserting rows
 //! for at most `ROW_BUDGET`, and stops early once another process is inside a
@@ -56,6 +57,9 @@ const GUARD: Duration = Duration::from_millis(6);
 const SPELLS: usize = 8;
 /// How long a spell's start is remembered.
 const REMEMBER: Duration = Duration::from_secs(1);
+/// How long the writer may go unwatched (a window of ours and its last
+/// transaction) with no break in the evidence of its rhythm.
+const BREAK: Duration = Duration::from_millis(12);
 /// With no commit of another connection seen for this long, its writer is
 /// taken to be idle.
 const QUIET: Duration = Duration::from_millis(50);
@@ -91,6 +95,8 @@ pub(super) trait Probe {
     fn others_in_transaction(&self) -> bool;
     /// True when another connection holds the WAL write lock: it is writing.
     fn others_writing(&self) -> bool;
+    /// True when another connection is checkpointing.
+    fn others_checkpointing(&self) -> bool;
 }
 
 impl Probe for WriterProbe {
@@ -105,6 +111,9 @@ impl Probe for WriterProbe {
     }
     fn others_writing(&self) -> bool {
         WriterProbe::others_writing(self)
+    }
+    fn others_checkpointing(&self) -> bool {
+        WriterProbe::others_checkpointing(self)
     }
 }
 
@@ -122,7 +131,8 @@ impl Probe for WriterProbe {
 /// A spell that runs on into the next one's due (a slow commit) counts as
 /// that one too, lest its phase be taken for skipped; and a spell due while
 /// sessionfs was not watching (writing, or between forks) is not taken for
-/// skipped either. Kept by the store across forks, as the writer's rhythm
+/// skipped either, and an interval across a break in watching longer than
+/// `BREAK` is no period. Kept by the store across forks, as the writer's rhythm
 /// outlives one fork; starts older than `REMEMBER` are forgotten, as a small
 /// error in the interval grows with each period projected.
 #[derive(Default)]
@@ -134,6 +144,13 @@ pub(super) struct Cadence {
     /// Since when the writer is watched without a break: a spell due
     /// before then was not seen, not missed.
     watched_from: Option<Instant>,
+    /// When the writer was last watched, once watching stopped.
+    watched_until: Option<Instant>,
+    /// When watching resumed after a break longer than `BREAK`, within
+    /// `REMEMBER`: an interval across one is no period, as the spells in
+    /// the break were not seen (between forks: a 975 ms "period" had every
+    /// next spell taken for a late commit, and the rhythm learnt was 50 ms).
+    resumed: VecDeque<Instant>,
     /// How long our latest transactions held the write lock, oldest first.
     holds: VecDeque<Duration>,
 }
@@ -160,8 +177,9 @@ impl Cadence {
 
     /// Drops the starts older than `REMEMBER`.
     fn forget_old(&mut self, now: Instant) {
-        self.starts
-            .retain(|&start| now.saturating_duration_since(start) <= REMEMBER);
+        let recent = |at: &Instant| now.saturating_duration_since(*at) <= REMEMBER;
+        self.starts.retain(recent);
+        self.resumed.retain(recent);
     }
 
     /// Whether writing seen now is too soon after the latest start to be the
@@ -180,6 +198,7 @@ impl Cadence {
             .starts
             .iter()
             .zip(self.starts.iter().skip(1))
+            .filter(|&(earlier, later)| !self.resumed.iter().any(|r| earlier < r && r <= later))
             .map(|(earlier, later)| later.saturating_duration_since(*earlier))
             .collect();
         intervals.sort_unstable();
@@ -203,7 +222,18 @@ impl Cadence {
     /// The writer is watched from `now` on (sessionfs was writing, or
     /// between forks, before).
     fn watch(&mut self, now: Instant) {
+        if self
+            .watched_until
+            .is_some_and(|until| now.saturating_duration_since(until) > BREAK)
+        {
+            self.resumed.push_back(now);
+        }
         self.watched_from = Some(now);
+    }
+
+    /// The writer is no longer watched from `now` on (sessionfs writes).
+    fn unwatch(&mut self, now: Instant) {
+        self.watched_until = Some(now);
     }
 
     /// A transaction of ours held the write lock for `held`.
@@ -343,6 +373,7 @@ impl<'a> Pacer<'a> {
         self.alone = self.probe.writer() == WriterPresence::Gone;
         self.heed_others = !self.alone && self.wait_for_gap();
         self.window = Instant::now();
+        lock(self.cadence).unwatch(self.window);
         self.opened = true;
     }
 
@@ -359,10 +390,23 @@ impl<'a> Pacer<'a> {
             thread::sleep(POLL);
             let now = Instant::now();
             let writing = self.probe.others_writing();
+            let checkpointing = self.probe.others_checkpointing();
             let header = self.probe.wal_index_header();
             let committed = header != seen;
             if committed {
-                (seen, last_commit) = (header, Some(now));
+                seen = header;
+            }
+            // SQLite checkpoints in the commit call that filled the WAL, so
+            // its writer commits again, when it has a flush to make, the
+            // moment the checkpoint ends: the gap is timed from that end
+            // (writer_safety: a flush's commit refused by a transaction of
+            // ours begun right after the batch's commit and its 10 ms
+            // checkpoint, SETTLE after the commit itself).
+            // Nor is a checkpoint part of the writer's rhythm, which its
+            // timer sets: only its writing and commits are.
+            if committed || checkpointing {
+                last_commit = Some(now);
+                last_active = now;
             }
             if writing || committed {
                 lock(self.cadence).saw_writing(now);
@@ -383,7 +427,7 @@ impl<'a> Pacer<'a> {
                 }
                 continue;
             }
-            if committed {
+            if committed || checkpointing {
                 continue;
             }
             // Past PATIENCE a transaction held open no longer holds the gap
@@ -451,6 +495,7 @@ impl<'a> Pacer<'a> {
         self.alone = false;
         self.heed_others = self.wait_for_gap();
         self.window = Instant::now();
+        lock(self.cadence).unwatch(self.window);
         self.opened = false;
     }
 
@@ -503,6 +548,8 @@ mod tests {
         in_transaction: bool,
         /// What the locks say of the writer's connection.
         presence: WriterPresence,
+        /// How long the writer checkpoints after each commit.
+        checkpoint: Duration,
     }
 
     impl Scripted {
@@ -513,6 +560,7 @@ mod tests {
                 periods: vec![vec![write(0, 0)]],
                 in_transaction,
                 presence: WriterPresence::Connected,
+                checkpoint: Duration::ZERO,
             }
         }
 
@@ -588,10 +636,13 @@ mod tests {
             Some(header)
         }
         fn others_in_transaction(&self) -> bool {
-            self.in_transaction || self.others_writing()
+            self.in_transaction || self.others_writing() || self.others_checkpointing()
         }
         fn others_writing(&self) -> bool {
             self.every.is_some() && self.until_next_write().is_zero()
+        }
+        fn others_checkpointing(&self) -> bool {
+            self.every.is_some() && self.since_commit() < self.checkpoint
         }
     }
 
@@ -673,6 +724,24 @@ mod tests {
             past_patience >= 2,
             "gaps had room once the rhythm was known"
         );
+    }
+
+    #[test]
+    fn a_gap_starts_settle_after_the_checkpoint_that_followed_a_commit() {
+        // A writer that checkpoints for 9 ms after each commit: its next
+        // commit may come the moment the checkpoint ends, so the gap starts
+        // SETTLE after that (after the last poll that saw it, which may
+        // wake late), not SETTLE after the commit.
+        let mut probe = Scripted::new(Some(Duration::from_millis(40)), false);
+        probe.checkpoint = Duration::from_millis(9);
+        for _ in 0..3 {
+            waited(&probe);
+            let since = probe.since_commit();
+            assert!(
+                since >= probe.checkpoint + SETTLE - 2 * POLL,
+                "written {since:?} after a commit"
+            );
+        }
     }
 
     #[test]
@@ -807,6 +876,21 @@ mod tests {
         }
         drop(pacer);
         assert_eq!(nice(), before, "restored");
+    }
+
+    #[test]
+    fn an_interval_across_a_break_in_watching_is_no_period() {
+        // A spell seen at 0, then nothing watched (a fork ended) until
+        // 975 ms, then spells every 25 ms: the rhythm learnt is 25 ms, not
+        // the 975 ms across the break nor a multiple of 25 ms.
+        let (mut cadence, at) = watched(&[0], 0);
+        cadence.unwatch(at(1));
+        cadence.watch(at(975));
+        for spell in (975..1300).step_by(25) {
+            cadence.saw_writing(at(spell));
+            cadence.has_room(at(spell + 10));
+        }
+        assert_eq!(cadence.period(), Some(Duration::from_millis(25)));
     }
 
     #[test]
