@@ -220,6 +220,38 @@ const IDLE_WAITS: [&str; 6] = [
     "fuse_dev_do_read",
 ];
 
+/// What a running thread does over the next 20 ms: its time on a CPU and
+/// waiting for one (`schedstat`, ns), and its page faults (`stat`). A lock
+/// held by a thread on the CPU throughout is held by work; one off it, by
+/// the machine.
+fn running_for(task: &Path) -> String {
+    let sample = || {
+        let sched = std::fs::read_to_string(task.join("schedstat")).unwrap_or_default();
+        let mut ns = sched
+            .split_whitespace()
+            .map(|v| v.parse::<u64>().unwrap_or(0));
+        let (on_cpu, waiting) = (ns.next().unwrap_or(0), ns.next().unwrap_or(0));
+        let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
+        // minflt is the 8th field after the parenthesised name.
+        let faults = stat
+            .rsplit(") ")
+            .next()
+            .and_then(|rest| rest.split(' ').nth(7))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        (on_cpu, waiting, faults)
+    };
+    let before = sample();
+    thread::sleep(Duration::from_millis(20));
+    let after = sample();
+    format!(
+        " (over 20 ms: {:.1} ms on a CPU, {:.1} ms waiting for one, {} page faults)",
+        after.0.saturating_sub(before.0) as f64 / 1e6,
+        after.1.saturating_sub(before.1) as f64 / 1e6,
+        after.2.saturating_sub(before.2)
+    )
+}
+
 /// What the threads of `pid` that are not running wait on in the kernel
 /// (`/proc/PID/task/*/wchan`), and the kernel stack of any in
 /// uninterruptible sleep: a lock held across a stall says where it stalls.
@@ -248,7 +280,7 @@ fn threads_waiting(pid: &str) -> String {
                     stack.join(" | ")
                 ));
             }
-            Some("R") => waiting.push(format!("{} running", comm.trim())),
+            Some("R") => waiting.push(format!("{} running{}", comm.trim(), running_for(&dir))),
             _ if !wchan.is_empty() && !IDLE_WAITS.iter().any(|idle| wchan.starts_with(idle)) => {
                 waiting.push(format!("{} in {wchan}", comm.trim()));
             }
