@@ -57,9 +57,11 @@ const GUARD: Duration = Duration::from_millis(6);
 const SPELLS: usize = 8;
 /// How long a spell's start is remembered.
 const REMEMBER: Duration = Duration::from_secs(1);
-/// How long the writer may go unwatched (a window of ours and its last
-/// transaction) with no break in the evidence of its rhythm.
-const BREAK: Duration = Duration::from_millis(12);
+/// How long the writer may go unwatched with no break in the evidence of its
+/// rhythm: longer than a window of ours and its last transaction, even on a
+/// loaded machine (a shorter break left no interval to learn from there);
+/// between forks the pacer stops watching for about a second.
+const BREAK: Duration = Duration::from_millis(50);
 /// With no commit of another connection seen for this long, its writer is
 /// taken to be idle.
 const QUIET: Duration = Duration::from_millis(50);
@@ -730,15 +732,16 @@ mod tests {
     fn a_gap_starts_settle_after_the_checkpoint_that_followed_a_commit() {
         // A writer that checkpoints for 9 ms after each commit: its next
         // commit may come the moment the checkpoint ends, so the gap starts
-        // SETTLE after that (after the last poll that saw it, which may
-        // wake late), not SETTLE after the commit.
+        // SETTLE after that, not as soon as it ended (SETTLE after the
+        // commit). Measured from the last poll that saw the checkpoint,
+        // which on a loaded machine wakes late: half SETTLE is the margin.
         let mut probe = Scripted::new(Some(Duration::from_millis(40)), false);
         probe.checkpoint = Duration::from_millis(9);
         for _ in 0..3 {
             waited(&probe);
             let since = probe.since_commit();
             assert!(
-                since >= probe.checkpoint + SETTLE - 2 * POLL,
+                since >= probe.checkpoint + SETTLE / 2,
                 "written {since:?} after a commit"
             );
         }
