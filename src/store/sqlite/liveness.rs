@@ -317,6 +317,31 @@ mod tests {
     }
 
     #[test]
+    fn the_write_lock_and_the_checkpointers_are_told_apart() {
+        let db = Copy::new("ckpt");
+        let reader = rusqlite::Connection::open(&db.0).unwrap();
+        let _: i64 = reader
+            .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))
+            .unwrap();
+        let probe = WriterProbe::new(&db.0);
+        // The probe opens its files at its first question, as the pacer asks.
+        assert_eq!(probe.writer(), WriterPresence::Gone);
+        let shm = PathBuf::from(format!("{}-shm", db.0.display()));
+        {
+            // SQLite's WAL write lock is byte 120 of -shm; its checkpointer's, 121.
+            let _other = LockHolder::new(&shm, (121, 1));
+            assert!(probe.others_checkpointing());
+            assert!(!probe.others_writing());
+        }
+        {
+            let _other = LockHolder::new(&shm, (120, 1));
+            assert!(probe.others_writing());
+            assert!(!probe.others_checkpointing());
+        }
+        assert!(!probe.others_checkpointing());
+    }
+
+    #[test]
     fn a_rollback_journal_database_cannot_tell() {
         let db = Copy::new("journal");
         rusqlite::Connection::open(&db.0)

@@ -371,12 +371,18 @@ impl<'a> Pacer<'a> {
 
     /// Waits for the next gap (none when no other connection is open).
     pub(super) fn gap(&mut self) {
+        let alone = self.probe.writer() == WriterPresence::Gone;
+        self.open_gap(alone);
+        self.opened = true;
+    }
+
+    /// Waits for a gap unless `alone`, and starts the window there.
+    fn open_gap(&mut self, alone: bool) {
         settle_heap();
-        self.alone = self.probe.writer() == WriterPresence::Gone;
-        self.heed_others = !self.alone && self.wait_for_gap();
+        self.alone = alone;
+        self.heed_others = !alone && self.wait_for_gap();
         self.window = Instant::now();
         lock(self.cadence).unwatch(self.window);
-        self.opened = true;
     }
 
     /// Returns whether the gap was found before `PATIENCE` ran out.
@@ -385,6 +391,7 @@ impl<'a> Pacer<'a> {
         lock(self.cadence).watch(started);
         let mut waiting = started;
         let mut seen = self.probe.wal_index_header();
+        // The last poll that saw a commit, or a checkpoint still running.
         let mut last_commit: Option<Instant> = None;
         // Whoever asked for a gap may have just met the writer writing.
         let mut last_active = started;
@@ -493,11 +500,7 @@ impl<'a> Pacer<'a> {
     /// no other connection is open, as the lock says otherwise.
     pub(super) fn refused(&mut self) {
         lock(self.cadence).saw_writing(Instant::now());
-        settle_heap();
-        self.alone = false;
-        self.heed_others = self.wait_for_gap();
-        self.window = Instant::now();
-        lock(self.cadence).unwatch(self.window);
+        self.open_gap(false);
         self.opened = false;
     }
 
